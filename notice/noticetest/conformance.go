@@ -22,13 +22,14 @@ type Harness struct {
 	// Kinds the provider can announce through the fake; the first is the
 	// default interruption.
 	Kinds []notice.Kind
-	// ProviderDeadline is true when the protocol carries the deadline (the
-	// notice's Deadline must match the fake's), false when the source
-	// computes observed + Nominal.
-	ProviderDeadline bool
-	// Nominal is the provider's nominal notice, used when
-	// !ProviderDeadline.
-	Nominal time.Duration
+	// ProviderDeadline reports whether the protocol carries the deadline
+	// for kind (the notice's Deadline must then equal the fake's); when it
+	// does not, the source computes observed + Nominal(kind). Nil means
+	// always.
+	ProviderDeadline func(kind notice.Kind) bool
+	// Nominal is the provider's nominal notice for kind, used where
+	// ProviderDeadline is false.
+	Nominal func(kind notice.Kind) time.Duration
 }
 
 // RunConformance runs the behaviour every provider source must have, through
@@ -124,7 +125,7 @@ func RunConformance(t *testing.T, h Harness) {
 		only(t, mustPoll(t, src))
 	})
 
-	if h.ProviderDeadline {
+	if h.hasDeadline(kind) {
 		t.Run("DeadlineInPast", func(t *testing.T) {
 			f, src := setup(t)
 			past := time.Now().Add(-time.Minute).Truncate(time.Second)
@@ -239,16 +240,21 @@ func RunConformance(t *testing.T, h Harness) {
 
 func checkDeadline(t *testing.T, h Harness, n notice.Notice, want, before, after time.Time) {
 	t.Helper()
-	if h.ProviderDeadline {
+	if h.hasDeadline(n.Kind) {
 		if !n.Deadline.Equal(want) {
 			t.Fatalf("deadline = %v, want the fake's %v", n.Deadline, want)
 		}
 		return
 	}
-	lo, hi := before.Add(h.Nominal-time.Second), after.Add(h.Nominal+time.Second)
+	nominal := h.Nominal(n.Kind)
+	lo, hi := before.Add(nominal-time.Second), after.Add(nominal+time.Second)
 	if n.Deadline.Before(lo) || n.Deadline.After(hi) {
-		t.Fatalf("deadline = %v, want observed + %v in [%v, %v]", n.Deadline, h.Nominal, lo, hi)
+		t.Fatalf("deadline = %v, want observed + %v in [%v, %v]", n.Deadline, nominal, lo, hi)
 	}
+}
+
+func (h Harness) hasDeadline(k notice.Kind) bool {
+	return h.ProviderDeadline == nil || h.ProviderDeadline(k)
 }
 
 func only(t testing.TB, ns []notice.Notice) notice.Notice {
