@@ -14,6 +14,11 @@ import (
 // the first observation time of a notice it sees again so that the deadline of
 // a provider without a timestamp does not drift.
 //
+// When only some of its requests fail, Poll may return the notices it could
+// read together with the error (a partial result): the Watcher then reports
+// those that are new but cancels none, so that one broken path neither hides
+// a notice from another nor fakes a cancellation.
+//
 // A Source is used by one goroutine at a time.
 type Source interface {
 	Name() string

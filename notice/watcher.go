@@ -109,6 +109,9 @@ func (w *Watcher) Ack(ctx context.Context, n Notice) error {
 type snapshot struct {
 	src     int
 	notices []Notice
+	// partial: the poll also failed. Its notices are reported when new,
+	// but a notice missing from it is not canceled.
+	partial bool
 }
 
 // Watch polls every source until ctx ends, calling fn for each event. fn is
@@ -139,14 +142,14 @@ func (w *Watcher) Watch(ctx context.Context, fn func(Event)) error {
 			if current[s.src] == nil {
 				current[s.src] = make(map[string]Notice)
 			}
-			w.diff(current[s.src], s.notices, fn)
+			w.diff(current[s.src], s.notices, s.partial, fn)
 		}
 	}
 }
 
 // diff compares the known notices of one source with a new snapshot and
-// reports the differences.
-func (w *Watcher) diff(known map[string]Notice, now []Notice, fn func(Event)) {
+// reports the differences. A partial snapshot cancels nothing.
+func (w *Watcher) diff(known map[string]Notice, now []Notice, partial bool, fn func(Event)) {
 	at := time.Now()
 	seen := make(map[string]bool, len(now))
 	for _, n := range now {
@@ -168,7 +171,7 @@ func (w *Watcher) diff(known map[string]Notice, now []Notice, fn func(Event)) {
 		}
 	}
 	for id, old := range known {
-		if !seen[id] {
+		if !seen[id] && !partial {
 			delete(known, id)
 			w.log.Info("interruption notice canceled", "notice", old)
 			fn(Event{Type: EventCanceled, Notice: old, At: at})
@@ -209,6 +212,13 @@ func (w *Watcher) run(ctx context.Context, i int, out chan<- snapshot) {
 		if err != nil {
 			wait = bo.NextBackOff()
 			w.failed(i, err, wait)
+			if len(notices) > 0 {
+				select {
+				case out <- snapshot{src: i, notices: notices, partial: true}:
+				case <-ctx.Done():
+					return
+				}
+			}
 		} else {
 			first = false
 			bo.Reset()
