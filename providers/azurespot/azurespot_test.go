@@ -694,3 +694,41 @@ func TestOptionsDefaults(t *testing.T) {
 	assert.Zero(t, src.PollInterval(), "zero leaves the Watcher's default")
 	assert.Equal(t, 3*time.Second, azurespot.New(&azurespot.Options{PollInterval: 3 * time.Second}).PollInterval())
 }
+
+// BenchmarkPoll compares one Poll (GET, parse, filter, dedup state) with a
+// raw GET of the same document through the same transport, interleaved in
+// one run. It reports both and their ratio.
+func BenchmarkPoll(b *testing.B) {
+	f := newFake(b)
+	f.AddEvent(noticetest.AzureEvent{EventType: "Freeze", Resources: []string{"other-vm"}, NotBefore: deadline(time.Hour)})
+	f.Interrupt(notice.KindPreempt, deadline(30*time.Second))
+	src := azurespot.New(&azurespot.Options{Endpoint: f.URL()})
+	client := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	ctx := context.Background()
+	if ns, err := src.Poll(ctx); err != nil || len(ns) != 1 {
+		b.Fatalf("Poll = %v, %v", ns, err)
+	}
+	u := f.URL() + "/metadata/scheduledevents?api-version=2020-07-01"
+	var raw, polled time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		req.Header.Set("Metadata", "true")
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		t1 := time.Now()
+		if _, err := src.Poll(ctx); err != nil {
+			b.Fatal(err)
+		}
+		raw += t1.Sub(t0)
+		polled += time.Since(t1)
+	}
+	b.ReportMetric(float64(raw.Nanoseconds())/float64(b.N), "raw-get-ns")
+	b.ReportMetric(float64(polled.Nanoseconds())/float64(b.N), "poll-ns")
+	b.ReportMetric(float64(polled)/float64(raw), "poll/raw")
+}
