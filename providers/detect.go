@@ -309,7 +309,7 @@ func (o *DetectOptions) probe(ctx context.Context) (*Detection, error) {
 		ep = DefaultEndpoint(winner.provider)
 	}
 	o.Logger.Info("cloud detected", "provider", winner.provider, "via", ViaProbe, "endpoint", ep)
-	return &Detection{Provider: winner.provider, Source: winner.src, Via: ViaProbe, Endpoint: ep, Evidence: "metadata server answered at " + ep}, nil
+	return &Detection{Provider: winner.provider, Source: winner.src, Via: ViaProbe, Endpoint: ep, Evidence: winner.provider + " probe answered"}, nil
 }
 
 // dmiRule is one vendor string that names a cloud (PROTOCOLS.md 0.8).
