@@ -393,10 +393,14 @@ func (k *keyState) clear() {
 
 // parseValue maps a key's value to a notice kind; present is false for
 // FALSE and NONE. Values are matched after trimming white space, ignoring
-// case. Anything outside the documented set is an error wrapping
+// ASCII case. Anything outside the documented set is an error wrapping
 // notice.ErrMalformed.
 func parseValue(key, value string) (kind notice.Kind, present bool, err error) {
-	v := strings.ToUpper(strings.TrimSpace(value))
+	v := strings.TrimSpace(value)
+	if !isASCII(v) {
+		v = "" // no Unicode case folding: "falſe" is not FALSE
+	}
+	v = strings.ToUpper(v)
 	switch key {
 	case KeyPreempted:
 		switch v {
@@ -565,6 +569,15 @@ func (s *Source) Instance(ctx context.Context) (Instance, error) {
 		return in, err
 	}
 	return in, nil
+}
+
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 func lastSegment(s string) string {

@@ -657,3 +657,15 @@ func TestInstance(t *testing.T) {
 	_, err = src.Instance(ctxT(t))
 	require.ErrorIs(t, err, notice.ErrUnavailable)
 }
+
+// pollOnly hides the source's Waiter, so that the Watcher polls it every
+// interval like a provider without hanging GETs: the baseline that
+// BenchmarkDetection's hanging GETs are compared with.
+type pollOnly struct{ notice.Source }
+
+func BenchmarkDetectionPolling(b *testing.B) {
+	h := harness(gcpspot.DefaultWaitTimeout)
+	newSrc := h.NewSource
+	h.NewSource = func(t testing.TB, f noticetest.Fake) notice.Source { return pollOnly{newSrc(t, f)} }
+	noticetest.BenchmarkDetection(b, h, 0)
+}
