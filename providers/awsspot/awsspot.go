@@ -245,7 +245,7 @@ func (s *Source) Poll(ctx context.Context) ([]notice.Notice, error) {
 		out = nil
 	}
 	if len(errs) > 0 {
-		return out, errors.Join(errs...)
+		return out, fmt.Errorf("aws: %w", errors.Join(errs...))
 	}
 	return out, nil
 }
@@ -262,7 +262,7 @@ func (s *Source) Probe(ctx context.Context) error {
 	}
 	resp, req, err := s.get(ctx, pathInstanceID)
 	if err != nil {
-		return err
+		return fmt.Errorf("aws: probe: %w", err)
 	}
 	if err := statusErr(resp, req); err != nil {
 		return fmt.Errorf("aws: not EC2 IMDS: %w", err)
@@ -313,14 +313,14 @@ func (s *Source) Instance(ctx context.Context) (Instance, error) {
 	}
 	for _, f := range fields {
 		resp, req, err := s.get(ctx, f.path)
-		if err != nil {
-			return Instance{}, err
-		}
-		if resp.Code == http.StatusNotFound && f.optional {
+		if err == nil && resp.Code == http.StatusNotFound && f.optional {
 			continue
 		}
-		if err := statusErr(resp, req); err != nil {
-			return Instance{}, err
+		if err == nil {
+			err = statusErr(resp, req)
+		}
+		if err != nil {
+			return Instance{}, fmt.Errorf("aws: instance: %w", err)
 		}
 		*f.dst = strings.TrimSpace(string(resp.Body))
 	}
@@ -341,13 +341,15 @@ func (s *Source) observe(id string, now time.Time) time.Time {
 }
 
 // endsPoll reports whether err makes the remaining paths of this poll
-// pointless: the caller gave up, the connection failed, or IMDS refuses us.
+// pointless: the caller gave up, the connection failed, no session token,
+// or IMDS refuses us.
 func endsPoll(ctx context.Context, err error) bool {
 	if ctx.Err() != nil || errors.Is(err, notice.ErrUnavailable) {
 		return true
 	}
 	var te *metaclient.TransientError
-	return errors.As(err, &te)
+	var tk tokenError
+	return errors.As(err, &te) || errors.As(err, &tk)
 }
 
 // union returns a followed by the notices of b whose ID a lacks.

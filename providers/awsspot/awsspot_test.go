@@ -537,6 +537,21 @@ func TestTokenPUT400IsAnError(t *testing.T) {
 	assert.Equal(t, 2, f.Requests(), "nothing but the token PUTs")
 }
 
+func TestTokenPUTServerError(t *testing.T) {
+	f := newFake(t)
+	f.DisableV2(http.StatusServiceUnavailable)
+	src := awsspot.New(fastOptions(f.URL()))
+	f.Interrupt(notice.KindTerminate, time.Now().Add(2*time.Minute))
+	ns, err := poll(t, src)
+	require.ErrorIs(t, err, notice.ErrTransient)
+	assert.Contains(t, err.Error(), "503")
+	assert.Empty(t, ns, "a 5xx on the token PUT is no reason to fall back to IMDSv1")
+	assert.Equal(t, 1, f.TokenPUTs(), "one PUT per poll, not one per path")
+	assert.Equal(t, 1, f.Requests())
+	f.DisableV2(0)
+	only(t, mustPoll(t, src))
+}
+
 func TestHopLimit(t *testing.T) {
 	t.Run("V1Disabled", func(t *testing.T) {
 		f := newFake(t)

@@ -54,7 +54,7 @@ type tokenState struct {
 func (s *Source) get(ctx context.Context, path string) (*metaclient.Response, *http.Request, error) {
 	tok, err := s.token(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, tokenError{err}
 	}
 	resp, req, err := s.send(ctx, path, tok)
 	if err != nil || resp.Code != http.StatusUnauthorized {
@@ -73,7 +73,7 @@ func (s *Source) get(ctx context.Context, path string) (*metaclient.Response, *h
 	tok, err = s.fetchTokenLocked(ctx)
 	s.tokMu.Unlock()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, tokenError{err}
 	}
 	resp, req, err = s.send(ctx, path, tok)
 	if err != nil || resp.Code != http.StatusUnauthorized {
@@ -83,8 +83,14 @@ func (s *Source) get(ctx context.Context, path string) (*metaclient.Response, *h
 	if timedOut {
 		what += " (after an earlier token timeout)"
 	}
-	return nil, nil, fmt.Errorf("aws: GET %s: IMDS rejected %s with HTTP 401: %w", path, what, notice.ErrUnavailable)
+	return nil, nil, fmt.Errorf("GET %s: IMDS rejected %s with HTTP 401: %w", path, what, notice.ErrUnavailable)
 }
+
+// tokenError marks a failure to get a session token: every other path of
+// the poll would fail the same way.
+type tokenError struct{ error }
+
+func (e tokenError) Unwrap() error { return e.error }
 
 // send makes one GET with tok ("" for IMDSv1).
 func (s *Source) send(ctx context.Context, path, tok string) (*metaclient.Response, *http.Request, error) {
@@ -142,18 +148,18 @@ func (s *Source) fetchTokenLocked(ctx context.Context) (string, error) {
 			return "", nil
 		}
 		if timeout {
-			return "", fmt.Errorf("aws: IMDSv2 token request timed out after %v and IMDSv1 is disabled (HttpTokens=required): "+
+			return "", fmt.Errorf("IMDSv2 token request timed out after %v and IMDSv1 is disabled (HttpTokens=required): "+
 				"no way to read instance metadata. This is the IMDS hop limit dropping the token reply; fix: %s: %w: %w",
 				s.opts.TokenTimeout, HopLimitFix, notice.ErrUnavailable, err)
 		}
-		return "", fmt.Errorf("aws: IMDSv2 token: %w", err)
+		return "", fmt.Errorf("IMDSv2 token: %w", err)
 	}
 
 	switch resp.Code {
 	case http.StatusOK:
 		tok := strings.TrimSpace(string(resp.Body))
 		if !validToken(tok) {
-			return "", fmt.Errorf("aws: IMDSv2 token response (%d bytes) is not a token: %w", len(resp.Body), notice.ErrMalformed)
+			return "", fmt.Errorf("IMDSv2 token response (%d bytes) is not a token: %w", len(resp.Body), notice.ErrMalformed)
 		}
 		granted := ttl
 		if v, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get(headerTTL))); err == nil && v > 0 && time.Duration(v)*time.Second < granted {
@@ -165,7 +171,7 @@ func (s *Source) fetchTokenLocked(ctx context.Context) (string, error) {
 		st.v1Until = time.Time{}
 		return tok, nil
 	case http.StatusBadRequest:
-		return "", fmt.Errorf("aws: IMDSv2 token request rejected as invalid (TTL header %s): %w: %w",
+		return "", fmt.Errorf("IMDSv2 token request rejected as invalid (TTL header %s): %w: %w",
 			hdr[headerTTL], notice.ErrUnavailable, statusErr(resp, req))
 	case http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed:
 		if s.v1Allowed() {
@@ -173,10 +179,10 @@ func (s *Source) fetchTokenLocked(ctx context.Context) (string, error) {
 			s.log.Warn("IMDSv2 token endpoint unavailable; using IMDSv1 from now on", "status", resp.Code)
 			return "", nil
 		}
-		return "", fmt.Errorf("aws: IMDSv2 token endpoint answered HTTP %d and IMDSv1 is disabled: %w: %w",
+		return "", fmt.Errorf("IMDSv2 token endpoint answered HTTP %d and IMDSv1 is disabled: %w: %w",
 			resp.Code, notice.ErrUnavailable, statusErr(resp, req))
 	}
-	return "", fmt.Errorf("aws: IMDSv2 token: %w", statusErr(resp, req))
+	return "", fmt.Errorf("IMDSv2 token: %w", statusErr(resp, req))
 }
 
 // refreshMargin is how long before its expiry a token is replaced: 15 s (as
@@ -205,7 +211,7 @@ func (s *Source) do(ctx context.Context, method, path string, hdr map[string]str
 	defer cancel()
 	req, err := metaclient.NewRequest(rctx, method, s.endpoint+path, hdr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("aws: %w", err)
+		return nil, nil, fmt.Errorf("%w", err)
 	}
 	resp, err := metaclient.Do(s.client, req)
 	if err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {

@@ -68,19 +68,19 @@ func (s *Source) read(ctx context.Context, c category, now time.Time) ([]notice.
 	case catInstanceAction:
 		n, err := parseInstanceAction(body)
 		if err != nil {
-			return s.legacyTermination(ctx, now), fmt.Errorf("aws: %s: %w", path, err)
+			return s.legacyTermination(ctx, now), fmt.Errorf("%s: %w", path, err)
 		}
 		return []notice.Notice{s.finish(n, now)}, nil
 	case catRebalance:
 		n, err := parseRebalance(body)
 		if err != nil {
-			return nil, fmt.Errorf("aws: %s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		return []notice.Notice{s.finish(n, now)}, nil
 	case catScheduled:
 		ns, err := parseScheduled(body)
 		if err != nil {
-			return nil, fmt.Errorf("aws: %s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		for i := range ns {
 			ns[i] = s.finish(ns[i], now)
@@ -89,7 +89,7 @@ func (s *Source) read(ctx context.Context, c category, now time.Time) ([]notice.
 	case catLifecycle:
 		state, err := parseLifecycle(body)
 		if err != nil {
-			return nil, fmt.Errorf("aws: %s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		if state != "Terminated" && state != "Warmed:Terminated" {
 			s.asg = time.Time{}
