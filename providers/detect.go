@@ -22,9 +22,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spotsafe/spotsafe/internal/metaclient"
 	"github.com/spotsafe/spotsafe/notice"
 	"github.com/spotsafe/spotsafe/providers/alibabaspot"
+	"github.com/spotsafe/spotsafe/providers/awsspot"
 	"github.com/spotsafe/spotsafe/providers/azurespot"
+	"github.com/spotsafe/spotsafe/providers/gcpspot"
 	"github.com/spotsafe/spotsafe/providers/tencentspot"
 )
 
@@ -80,6 +83,11 @@ type SourceOptions struct {
 	// PollInterval is what the source asks a Watcher for; 0 keeps the
 	// Watcher's default.
 	PollInterval time.Duration
+	// Getenv is handed to sources that read their cloud SDK's variables
+	// (awsspot: AWS_EC2_METADATA_SERVICE_ENDPOINT and friends). Default
+	// os.Getenv. (gcpspot reads GCE_METADATA_HOST from the process
+	// environment whatever this says.)
+	Getenv func(string) string
 }
 
 // NewSource builds the interruption source of the named provider (one of
@@ -90,6 +98,10 @@ func NewSource(provider string, opts *SourceOptions) (notice.Source, error) {
 		o = *opts
 	}
 	switch provider {
+	case "aws":
+		return awsspot.New(&awsspot.Options{Endpoint: o.Endpoint, HTTPClient: o.HTTPClient, Logger: o.Logger, PollInterval: o.PollInterval, Getenv: o.Getenv}), nil
+	case "gcp":
+		return gcpspot.New(&gcpspot.Options{Endpoint: o.Endpoint, HTTPClient: o.HTTPClient, Logger: o.Logger, PollInterval: o.PollInterval}), nil
 	case "azure":
 		return azurespot.New(&azurespot.Options{Endpoint: o.Endpoint, HTTPClient: o.HTTPClient, Logger: o.Logger, PollInterval: o.PollInterval}), nil
 	case "alibaba":
@@ -104,8 +116,10 @@ func NewSource(provider string, opts *SourceOptions) (notice.Source, error) {
 // for an unknown name.
 func DefaultEndpoint(provider string) string {
 	switch provider {
-	case "aws", "gcp":
-		return "http://169.254.169.254"
+	case "aws":
+		return awsspot.DefaultEndpoint
+	case "gcp":
+		return gcpspot.DefaultEndpoint
 	case "azure":
 		return azurespot.DefaultEndpoint
 	case "alibaba":
@@ -148,8 +162,8 @@ type DetectOptions struct {
 type Detection struct {
 	// Provider is one of [Names].
 	Provider string
-	// Source polls the provider's metadata server. When Via is "probe" it
-	// is the very source that answered the probe.
+	// Source polls the provider's metadata server, built with the options
+	// given to Detect.
 	Source notice.Source
 	// Via says what identified the provider: "env", "dmi" or "probe".
 	Via string
@@ -229,6 +243,7 @@ func (o *DetectOptions) source(provider string) (notice.Source, error) {
 		HTTPClient:   o.HTTPClient,
 		Logger:       o.Logger,
 		PollInterval: o.PollInterval,
+		Getenv:       o.Getenv,
 	})
 }
 
@@ -247,13 +262,26 @@ func (o *DetectOptions) detection(provider, via, evidence string) (*Detection, e
 
 type probeResult struct {
 	provider string
-	src      prober
 	err      error
 }
 
 // probe asks every provider at once; the first positive answer wins and the
 // other probes are cancelled and waited for.
+//
+// Probes share one client that keeps no idle connections: a probe cancelled
+// while dialing would otherwise leave a connection open (the transport keeps
+// a late dial for reuse) that nobody will use. The winner gets a fresh
+// source with the provider's own client.
 func (o *DetectOptions) probe(ctx context.Context) (*Detection, error) {
+	client := o.HTTPClient
+	if client == nil {
+		client = metaclient.NewHTTPClient(0) // each probe has its own deadline
+		if tr, ok := client.Transport.(*http.Transport); ok {
+			tr.DisableKeepAlives = true
+		}
+	}
+	defer client.CloseIdleConnections()
+
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Sized for every probe, so that none blocks on send once a winner is
@@ -261,10 +289,9 @@ func (o *DetectOptions) probe(ctx context.Context) (*Detection, error) {
 	results := make(chan probeResult, len(names))
 	started := 0
 	for _, p := range names {
-		s, err := o.source(p)
+		s, err := NewSource(p, &SourceOptions{Endpoint: o.endpoint(p), HTTPClient: client, Logger: o.Logger, Getenv: o.Getenv})
 		if err != nil {
-			o.Logger.Debug("provider unavailable", "provider", p, "err", err)
-			continue
+			return nil, err
 		}
 		pr, ok := s.(prober)
 		if !ok {
@@ -275,17 +302,15 @@ func (o *DetectOptions) probe(ctx context.Context) (*Detection, error) {
 		go func() {
 			c, stop := context.WithTimeout(pctx, o.ProbeTimeout)
 			defer stop()
-			results <- probeResult{provider: p, src: pr, err: pr.Probe(c)}
+			results <- probeResult{provider: p, err: pr.Probe(c)}
 		}()
 	}
 
-	var (
-		winner *probeResult
-		tried  []string
-	)
+	winner := ""
+	var tried []string
 	for range started {
 		r := <-results
-		if winner != nil {
+		if winner != "" {
 			continue // draining: the probe was cancelled
 		}
 		if r.err != nil {
@@ -293,23 +318,18 @@ func (o *DetectOptions) probe(ctx context.Context) (*Detection, error) {
 			tried = append(tried, r.provider)
 			continue
 		}
-		winner = &r
+		winner = r.provider
 		cancel()
 	}
-	if err := ctx.Err(); err != nil && winner == nil {
+	if err := ctx.Err(); err != nil && winner == "" {
 		return nil, fmt.Errorf("providers: detect: %w", err)
 	}
-	if winner == nil {
+	if winner == "" {
 		slices.Sort(tried)
 		o.Logger.Info("no cloud detected", "probed", tried)
 		return nil, fmt.Errorf("%w (probed %s)", ErrNoCloud, strings.Join(tried, ", "))
 	}
-	ep := o.endpoint(winner.provider)
-	if ep == "" {
-		ep = DefaultEndpoint(winner.provider)
-	}
-	o.Logger.Info("cloud detected", "provider", winner.provider, "via", ViaProbe, "endpoint", ep)
-	return &Detection{Provider: winner.provider, Source: winner.src, Via: ViaProbe, Endpoint: ep, Evidence: winner.provider + " probe answered"}, nil
+	return o.detection(winner, ViaProbe, winner+" probe answered")
 }
 
 // dmiRule is one vendor string that names a cloud (PROTOCOLS.md 0.8).

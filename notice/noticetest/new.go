@@ -19,6 +19,10 @@ func Providers() []string { return providerNames[:] }
 // be nil.
 func New(provider string, opts *ServerOptions) (Fake, error) {
 	switch provider {
+	case "aws":
+		return NewAWS(opts)
+	case "gcp":
+		return NewGCP(opts)
 	case "azure":
 		return NewAzure(opts)
 	case "alibaba":
