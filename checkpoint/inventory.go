@@ -62,6 +62,7 @@ type Info struct {
 type entry struct {
 	Info
 	manifestKey string                // "" when there is no manifest object
+	claimKey    string                // "" when there is no claim object
 	objects     map[string]ObjectInfo // by part name, manifest excluded
 }
 
@@ -109,9 +110,12 @@ func (m *Manager) inventory(ctx context.Context, prefix string) ([]*entry, error
 			e = &entry{Info: Info{Step: step}, objects: map[string]ObjectInfo{}}
 			byStep[step] = e
 		}
-		if name == ManifestName {
+		switch name {
+		case ManifestName:
 			e.manifestKey = o.Key
-		} else {
+		case ClaimName:
+			e.claimKey = o.Key
+		default:
 			e.objects[name] = o
 		}
 	}
@@ -323,9 +327,12 @@ func (m *Manager) deleteStep(ctx context.Context, e *entry) error {
 			return fmt.Errorf("checkpoint: delete step %d: %w", e.Step, err)
 		}
 	}
-	keys := make([]string, 0, len(e.objects))
+	keys := make([]string, 0, len(e.objects)+1)
 	for _, o := range e.objects {
 		keys = append(keys, o.Key)
+	}
+	if e.claimKey != "" {
+		keys = append(keys, e.claimKey)
 	}
 	err := forEach(ctx, len(keys), m.opts.Concurrency, func(ctx context.Context, i int) error {
 		return del(ctx, keys[i])

@@ -602,6 +602,26 @@ func (m *Manager) recordThroughput(bytes int64, d time.Duration) {
 	}
 }
 
+// Flush waits until no upload is running or queued, including the
+// retention that follows a commit, or until ctx ends (returning its
+// error). Unlike Close it leaves the Manager usable, and it reports no
+// upload errors (Wait, Save and Close do).
+func (m *Manager) Flush(ctx context.Context) error {
+	m.mu.Lock()
+	for m.active != nil || m.pending != nil {
+		changed := m.changed
+		m.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		m.mu.Lock()
+	}
+	m.mu.Unlock()
+	return nil
+}
+
 // Close waits for the running and queued uploads to end, like
 // http.Server.Shutdown. If ctx ends first they are abandoned (nothing more
 // is committed) and Close waits for them to stop. Close returns the errors

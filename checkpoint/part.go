@@ -56,7 +56,8 @@ const (
 // checkpoint may be stored or restored: a relative '/'-separated path whose
 // segments use only the characters A-Z a-z 0-9 . _ -, do not start with '.'
 // (which also rules out "." and ".."), and are at most 255 bytes (1024 in
-// all). "MANIFEST.json" and a first segment "rank-<n>" are reserved. The
+// all). "MANIFEST.json", "CLAIM.json" and a first segment "rank-<n>" are
+// reserved. The
 // error wraps [ErrInvalidPart].
 func ValidatePartName(name string) error {
 	bad := func(why string) error { return fmt.Errorf("%w %q: %s", ErrInvalidPart, name, why) }
@@ -69,8 +70,8 @@ func ValidatePartName(name string) error {
 		return bad("contains NUL")
 	case strings.HasPrefix(name, "/") || strings.HasPrefix(name, `\`) || (len(name) >= 2 && name[1] == ':'):
 		return bad("absolute path")
-	case name == ManifestName:
-		return bad("reserved for the manifest")
+	case name == ManifestName || name == ClaimName:
+		return bad("reserved name")
 	}
 	for i, seg := range strings.Split(name, "/") {
 		switch {

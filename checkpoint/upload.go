@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -173,13 +172,22 @@ func (m *Manager) upload(u *Upload) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// Never overwrite the parts of a committed step.
+	// Only the holder of the step's claim stores parts, and never those
+	// of a committed step.
+	expires := deadline
+	if expires.IsZero() {
+		expires = time.Now().Add(claimTTL)
+	}
+	if err := m.claim(ctx, u.step, expires); err != nil {
+		return &SaveError{Step: u.step, Err: err}
+	}
+	defer m.release(ctx, u.step)
 	exists, err := m.exists(ctx, m.key(u.step, ManifestName))
 	if err != nil {
 		return &SaveError{Step: u.step, Err: fmt.Errorf("check for an existing commit: %w", err)}
 	}
 	if exists {
-		return &SaveError{Step: u.step, Err: ErrStepExists}
+		return &SaveError{Step: u.step, Err: fmt.Errorf("%w: step %d", ErrStepExists, u.step)}
 	}
 
 	infos := make([]PartInfo, len(u.parts))
@@ -266,30 +274,9 @@ func (m *Manager) exists(ctx context.Context, key string) (bool, error) {
 // commit writes the manifest, conditionally when the store can.
 func (m *Manager) commit(ctx context.Context, step int64, data []byte) error {
 	key := m.key(step, ManifestName)
-	cp, conditional := m.store.(ConditionalPutter)
-	err := m.retry(ctx, "commit "+key, func() error {
-		if conditional {
-			return cp.PutIfAbsent(ctx, key, bytes.NewReader(data), int64(len(data)))
-		}
-		// Without a conditional put, two writers racing on one step can
-		// both "win"; the later manifest replaces the earlier one.
-		rc, err := m.store.Get(ctx, key)
-		if err == nil {
-			rc.Close()
-			return Exists(key, nil)
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		return m.store.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
-	})
+	err := m.create(ctx, key, data)
 	if errors.Is(err, fs.ErrExist) {
-		// A retried conditional put may find its own first attempt,
-		// which succeeded although its answer got lost.
-		if got, rerr := m.readSmall(ctx, key); rerr == nil && bytes.Equal(got, data) {
-			return nil
-		}
-		return fmt.Errorf("%w (another writer committed %s first)", ErrStepExists, key)
+		return fmt.Errorf("%w: another writer committed %s first", ErrStepExists, key)
 	}
 	return err
 }

@@ -1,0 +1,15 @@
+//go:build unix
+
+package checkpoint
+
+import (
+	"errors"
+	"syscall"
+)
+
+// processAlive reports whether a process with this pid exists on this
+// host.
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
