@@ -3,7 +3,6 @@ package s3store_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -83,12 +82,10 @@ func read(t *testing.T, ctx context.Context, s checkpoint.Store, key string) []b
 
 // traffic records what the fake server saw.
 type traffic struct {
-	mu          sync.Mutex
-	parts       int
-	inFlight    int
-	maxInFlight int
-	completes   []http.Header
-	rangedGets  []http.Header
+	mu         sync.Mutex
+	parts      int
+	completes  []http.Header
+	rangedGets []http.Header
 }
 
 func watch(srv *s3fake.Server) *traffic {
@@ -371,5 +368,3 @@ func Example() {
 	}
 	_ = store // hand it to checkpoint.NewManager, or use it directly
 }
-
-var _ = errors.New

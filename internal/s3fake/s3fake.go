@@ -194,11 +194,16 @@ func escapePath(p string) string {
 
 // OSSDialect translates OSS's conditional create to S3's and back:
 // x-oss-forbid-overwrite: true becomes If-None-Match: *, and the resulting
-// 412 becomes 409 FileAlreadyExists, the answer OSS gives.
+// 412 becomes 409 FileAlreadyExists, the answer OSS gives. OSS also checks
+// the header on InitiateMultipartUpload; so does this handler.
 func OSSDialect(inner http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.EqualFold(r.Header.Get("x-oss-forbid-overwrite"), "true") {
 			inner.ServeHTTP(w, r)
+			return
+		}
+		if r.Method == http.MethodPost && r.URL.Query().Has("uploads") && exists(inner, r.URL.Path) {
+			writeError(w, http.StatusConflict, "FileAlreadyExists", "The object you specified already exists and can not be overwritten.")
 			return
 		}
 		r.Header.Set("If-None-Match", "*")
