@@ -95,10 +95,12 @@ type Options struct {
 	// Logger receives rare state changes (a key not served, a lowered
 	// WaitTimeout). Nil discards.
 	Logger *slog.Logger
-	// PollInterval is reported to the Watcher through [notice.Intervaler]
-	// and spaces re-polls when neither key can be waited on (both 404).
-	// The Watcher uses Wait, not polling, so this rarely matters. Zero
-	// means the Watcher's default (1 s).
+	// PollInterval is reported to the Watcher through [notice.Intervaler].
+	// The Watcher uses Wait, not polling, so it matters only where hanging
+	// GETs do not work: it spaces re-polls when neither key can be waited
+	// on (both 404), and it is the shortest time a Wait that comes back
+	// unchanged takes (a server that ignores wait_for_change must not make
+	// the Watcher spin). Default 1 s.
 	PollInterval time.Duration
 	// WaitTimeout is the timeout_sec of the hanging GETs: the server answers
 	// with the unchanged value after this long. Rounded up to whole seconds.
@@ -257,11 +259,7 @@ func (s *Source) Wait(ctx context.Context) ([]notice.Notice, error) {
 	}
 	if len(targets) == 0 {
 		// Neither key is served: nothing to hang on. Look again later.
-		interval := s.opts.PollInterval
-		if interval <= 0 {
-			interval = notice.DefaultInterval
-		}
-		t := time.NewTimer(interval)
+		t := time.NewTimer(s.interval())
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -271,6 +269,7 @@ func (s *Source) Wait(ctx context.Context) ([]notice.Notice, error) {
 		return s.Poll(ctx)
 	}
 
+	start := time.Now()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make(chan answer, len(targets))
@@ -278,7 +277,7 @@ func (s *Source) Wait(ctx context.Context) ([]notice.Notice, error) {
 	for _, tg := range targets {
 		wg.Go(func() {
 			a := s.fetch(wctx, s.keys[tg.idx].key, tg.etag, true)
-			a.idx = tg.idx
+			a.idx, a.sent = tg.idx, tg.etag
 			results <- a
 		})
 	}
@@ -300,13 +299,50 @@ func (s *Source) Wait(ctx context.Context) ([]notice.Notice, error) {
 		}
 		got = append(got, a)
 	}
-	return s.apply(got)
+	ns, err := s.apply(got)
+	if err != nil {
+		return nil, err
+	}
+	// A server that ignores wait_for_change (some emulators, a caching
+	// proxy) answers at once with the same ETag; without a pause the
+	// Watcher would loop on Wait as fast as the server answers.
+	if unchanged(got) {
+		if rest := s.interval() - time.Since(start); rest > 0 {
+			t := time.NewTimer(rest)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+	return ns, nil
+}
+
+// unchanged reports whether every answer is a 200 with the ETag it was
+// asked to wait on.
+func unchanged(as []answer) bool {
+	for _, a := range as {
+		if a.err != nil || !a.found || a.etag != a.sent {
+			return false
+		}
+	}
+	return len(as) > 0
+}
+
+func (s *Source) interval() time.Duration {
+	if s.opts.PollInterval > 0 {
+		return s.opts.PollInterval
+	}
+	return notice.DefaultInterval
 }
 
 // answer is one key's response.
 type answer struct {
 	idx   int
-	found bool // false: 404
+	sent  string // the last_etag of a hanging GET
+	found bool   // false: 404
 	value string
 	etag  string
 	at    time.Time

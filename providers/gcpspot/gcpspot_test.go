@@ -669,3 +669,37 @@ func BenchmarkDetectionPolling(b *testing.B) {
 	h.NewSource = func(t testing.TB, f noticetest.Fake) notice.Source { return pollOnly{newSrc(t, f)} }
 	noticetest.BenchmarkDetection(b, h, 0)
 }
+
+// A server that ignores wait_for_change answers at once with the same
+// ETag; Wait must then pace itself instead of letting the Watcher spin.
+func TestWaitPacesServerWithoutHangingGET(t *testing.T) {
+	var mu sync.Mutex
+	requests := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		requests++
+		mu.Unlock()
+		w.Header().Set("Metadata-Flavor", "Google")
+		w.Header().Set("ETag", "same")
+		if strings.HasSuffix(r.URL.Path, "preempted") {
+			_, _ = w.Write([]byte("FALSE"))
+			return
+		}
+		_, _ = w.Write([]byte("NONE"))
+	}))
+	defer srv.Close()
+	src := gcpspot.New(&gcpspot.Options{Endpoint: srv.URL, PollInterval: 100 * time.Millisecond, HTTPClient: client(t)})
+	ctx := ctxT(t)
+	_, err := src.Poll(ctx)
+	require.NoError(t, err)
+	start := time.Now()
+	for range 5 {
+		ns, err := src.Wait(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, ns)
+	}
+	assert.GreaterOrEqual(t, time.Since(start), 450*time.Millisecond, "Wait did not pace an unchanged answer")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.LessOrEqual(t, requests, 2+5*2)
+}
