@@ -33,10 +33,6 @@ func (b basicStore) List(ctx context.Context, prefix string) ([]checkpoint.Objec
 }
 func (b basicStore) Delete(ctx context.Context, key string) error { return b.s.Delete(ctx, key) }
 
-func TestConformanceMemstore(t *testing.T) {
-	storetest.RunConformance(t, func(t *testing.T) checkpoint.Store { return memstore.New() })
-}
-
 // An unarmed Faulty is a conforming store, with or without the inner
 // store's optional interfaces.
 func TestFaultyConformance(t *testing.T) {
