@@ -55,9 +55,12 @@ const (
 	RequestTimeout = metaclient.DefaultTimeout
 )
 
-// Metadata keys, relative to /computeMetadata/v1/.
+// Metadata keys watched, relative to /computeMetadata/v1/.
 const (
-	KeyPreempted        = "instance/preempted"
+	// KeyPreempted is TRUE once Compute Engine preempts the VM, else FALSE.
+	KeyPreempted = "instance/preempted"
+	// KeyMaintenanceEvent is NONE, MIGRATE_ON_HOST_MAINTENANCE or
+	// TERMINATE_ON_HOST_MAINTENANCE (legacy: SHUTDOWN_ON_HOST_MAINTENANCE).
 	KeyMaintenanceEvent = "instance/maintenance-event"
 )
 
