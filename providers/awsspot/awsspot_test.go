@@ -6,8 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -641,61 +639,6 @@ func TestNoXForwardedForNoProxy(t *testing.T) {
 	}
 	assert.Equal(t, 2, puts)
 	assert.Greater(t, len(reqs), 8)
-}
-
-// TestProxyEnvIgnored serves the fake on a non-loopback address (Go never
-// proxies loopback, but it would proxy 169.254.169.254) with HTTP_PROXY
-// pointing at a dead proxy.
-func TestProxyEnvIgnored(t *testing.T) {
-	ip := nonLoopbackIPv4(t)
-	f, err := noticetest.NewAWS(&noticetest.ServerOptions{Listen: net.JoinHostPort(ip, "0")})
-	require.NoError(t, err)
-	t.Cleanup(f.Close)
-
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	deadURL := "http://" + dead.Addr().String()
-	require.NoError(t, dead.Close())
-	for _, k := range []string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"} {
-		t.Setenv(k, deadURL)
-	}
-	t.Setenv("NO_PROXY", "")
-	t.Setenv("no_proxy", "")
-
-	// Control: a client that honours HTTP_PROXY cannot reach the fake.
-	viaEnv := &http.Client{
-		Timeout: time.Second,
-		Transport: &http.Transport{Proxy: func(*http.Request) (*url.URL, error) {
-			return url.Parse(os.Getenv("HTTP_PROXY"))
-		}},
-	}
-	_, err = viaEnv.Get(f.URL() + "/latest/meta-data/instance-id")
-	require.Error(t, err, "the dead proxy should have broken a proxying client")
-
-	opts := fastOptions(f.URL())
-	src := awsspot.New(opts)
-	f.Interrupt(notice.KindTerminate, time.Now().Add(2*time.Minute))
-	only(t, mustPoll(t, src))
-	require.NoError(t, src.Probe(context.Background()))
-	assert.Positive(t, f.TokenPUTs())
-}
-
-func nonLoopbackIPv4(t *testing.T) string {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	require.NoError(t, err)
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
-			ln, err := net.Listen("tcp", net.JoinHostPort(ipn.IP.String(), "0"))
-			if err != nil {
-				continue
-			}
-			ln.Close()
-			return ipn.IP.String()
-		}
-	}
-	t.Skip("no non-loopback IPv4 address to listen on")
-	return ""
 }
 
 func TestEnvironment(t *testing.T) {
