@@ -171,7 +171,9 @@ func printWatchEvent(w io.Writer, e notice.Event, asJSON bool) error {
 	}
 	fmt.Fprintf(&b, " id=%s", n.ID)
 	for _, k := range slices.Sorted(maps.Keys(n.Detail)) {
-		fmt.Fprintf(&b, " %s=%q", k, n.Detail[k])
+		if k != "raw" { // the response body: in --json output only
+			fmt.Fprintf(&b, " %s=%q", k, n.Detail[k])
+		}
 	}
 	b.WriteByte('\n')
 	_, err := io.WriteString(w, b.String())

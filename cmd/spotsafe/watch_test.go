@@ -176,7 +176,8 @@ func TestWatchHumanAutoDetect(t *testing.T) {
 	code := run(context.Background(), []string{"watch", "--endpoint", fr.url, "--for", "1500ms"}, &stdout, &stderr)
 	require.Equal(t, 0, code, "stderr: %s", stderr.String())
 	out := stdout.String()
-	assert.Regexp(t, `(?m)^\S+Z NOTICE\s+alibaba terminate \(final\) deadline \S+ \(\S+ left\) id=alibaba/terminate/\S+`, out)
+	assert.Regexp(t, `(?m)^\S+Z NOTICE\s+alibaba terminate \(final\) deadline \S+ \(\S+ left\) id=alibaba/terminate/\S+ termination_time="\S+Z"$`, out)
+	assert.NotContains(t, out, "raw=", "the raw body is for --json")
 	assert.Contains(t, stderr.String(), "watching alibaba at "+fr.url+" (detected: ")
 }
 
