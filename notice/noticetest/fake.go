@@ -10,7 +10,6 @@ package noticetest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -294,11 +293,12 @@ func (b *Base) notifyLocked() {
 	}
 }
 
-// WaitChange blocks until the schedule changes, a scheduled notice appears,
-// timeout passes, ctx ends or the server closes. It reports whether
-// something changed.
-func (b *Base) WaitChange(ctx context.Context, timeout time.Duration) bool {
-	changed := b.Changed()
+// WaitChange blocks until the schedule changes after changed was taken
+// from [Base.Changed], a scheduled notice appears, timeout passes, ctx ends
+// or the server closes. It reports whether something changed. Take changed
+// before reading the state you compare against, so that a change in between
+// is not missed.
+func (b *Base) WaitChange(ctx context.Context, changed <-chan struct{}, timeout time.Duration) bool {
 	_, _, next := b.Current(time.Now())
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -308,7 +308,6 @@ func (b *Base) WaitChange(ctx context.Context, timeout time.Duration) bool {
 		defer at.Stop()
 		appear = at.C
 	}
-	closing := b.closed()
 	select {
 	case <-changed:
 		return true
@@ -316,7 +315,7 @@ func (b *Base) WaitChange(ctx context.Context, timeout time.Duration) bool {
 		return true
 	case <-t.C:
 	case <-ctx.Done():
-	case <-closing:
+	case <-b.closed():
 	}
 	return false
 }
@@ -333,12 +332,10 @@ func (b *Base) Close() {
 	if b.srv == nil {
 		return
 	}
+	// Hanging requests are released first; Close then drops every
+	// connection at once (Shutdown would wait for idle spare connections a
+	// client opened but never used).
 	b.release()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := b.srv.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		_ = b.srv.Close()
-	}
 	_ = b.srv.Close()
 	<-b.done
 }
