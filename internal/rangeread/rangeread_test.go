@@ -32,6 +32,8 @@ type source struct {
 	data     []byte
 	jitter   bool
 	breakN   atomic.Int32 // break this many bodies halfway
+	mu       sync.Mutex
+	breakAt  map[int64]bool // break the first body starting at these offsets
 	calls    atomic.Int32
 	inFlight atomic.Int32
 	maxIn    atomic.Int32
@@ -57,7 +59,11 @@ func (s *source) fetch(ctx context.Context, off, n int64) (io.ReadCloser, error)
 	}
 	b := s.data[off : off+n]
 	s.open.Add(1)
-	if s.breakN.Add(-1) >= 0 {
+	s.mu.Lock()
+	brk := s.breakAt[off]
+	delete(s.breakAt, off)
+	s.mu.Unlock()
+	if brk || s.breakN.Add(-1) >= 0 {
 		return &body{Reader: io.MultiReader(bytes.NewReader(b[:n/2]), errReader{}), s: s}, nil
 	}
 	return &body{Reader: bytes.NewReader(b), s: s}, nil
@@ -110,8 +116,7 @@ func TestSmallReadsAndFirstBody(t *testing.T) {
 type onlyReader struct{ io.Reader }
 
 func TestBrokenBodiesAreResumed(t *testing.T) {
-	src := &source{data: object(40_000)}
-	src.breakN.Store(3)
+	src := &source{data: object(40_000), breakAt: map[int64]bool{0: true, 3 * 4096: true, 9 * 4096: true}}
 	r := rangeread.New(context.Background(), 40_000, nil, src.fetch,
 		&rangeread.Options{ChunkSize: 4096, Concurrency: 4, Backoff: fast})
 	got, err := io.ReadAll(r)
