@@ -171,6 +171,7 @@ func TestFakeThenWatchJSON(t *testing.T) {
 
 // Human output, auto-detection against a fake, and a cancellation.
 func TestWatchHumanAutoDetect(t *testing.T) {
+	t.Setenv("SPOTSAFE_PROVIDER", "") // detection must not be forced by the machine's environment
 	fr := startFake(t, "alibaba", "--listen", "127.0.0.1:0", "--interrupt-in", "200ms")
 	var stdout, stderr syncBuffer
 	code := run(context.Background(), []string{"watch", "--endpoint", fr.url, "--for", "1500ms"}, &stdout, &stderr)
@@ -228,6 +229,7 @@ func TestWatchDegraded(t *testing.T) {
 }
 
 func TestWatchNoCloud(t *testing.T) {
+	t.Setenv("SPOTSAFE_PROVIDER", "")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
