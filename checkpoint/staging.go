@@ -20,6 +20,7 @@ type chunkPool struct {
 	mu     sync.Mutex
 	free   [][]byte
 	retain int64 // bytes of idle chunks to keep; < 0 keeps all
+	allocs int   // chunks allocated so far
 }
 
 func (p *chunkPool) get() []byte {
@@ -31,6 +32,7 @@ func (p *chunkPool) get() []byte {
 		p.mu.Unlock()
 		return c
 	}
+	p.allocs++
 	p.mu.Unlock()
 	return make([]byte, chunkSize)
 }
