@@ -397,6 +397,18 @@ func (s *Store) copy(ctx context.Context, f *os.File, r io.Reader, size int64) e
 				return fmt.Errorf("copy after %d bytes: %w", n, err)
 			}
 		}
+	} else if wt, ok := r.(io.WriterTo); ok && size >= 0 {
+		// In-memory readers (bytes.Reader, bytes.Buffer, strings.Reader)
+		// hand over their bytes without a copy through buf.
+		w := &chunkWriter{ctx: ctx, f: f, left: size}
+		m, err := wt.WriteTo(w)
+		n = m
+		if w.err != nil {
+			return w.err
+		}
+		if err != nil {
+			return fmt.Errorf("read after %d bytes: %w", n, err)
+		}
 	} else {
 		bp := s.bufs.Get().(*[]byte)
 		defer s.bufs.Put(bp)
@@ -428,6 +440,39 @@ func (s *Store) copy(ctx context.Context, f *os.File, r io.Reader, size int64) e
 		return fmt.Errorf("reader ended after %d of %d bytes: %w", n, size, io.ErrUnexpectedEOF)
 	}
 	return ctx.Err()
+}
+
+// chunkWriter writes to f in chunks, checking ctx between them, and refuses
+// to write more than left bytes.
+type chunkWriter struct {
+	ctx  context.Context
+	f    *os.File
+	left int64
+	err  error
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		if err := w.ctx.Err(); err != nil {
+			w.err = err
+			return n, err
+		}
+		if w.left == 0 {
+			w.err = errors.New("reader has more bytes than the size given")
+			return n, w.err
+		}
+		c := int(min(int64(len(p)), fileChunk, w.left))
+		m, err := w.f.Write(p[:c])
+		n += m
+		w.left -= int64(m)
+		if err != nil {
+			w.err = fmt.Errorf("write: %w", err)
+			return n, w.err
+		}
+		p = p[c:]
+	}
+	return n, nil
 }
 
 // Get opens the object for reading. Readers of an object that is then

@@ -403,3 +403,56 @@ func ExampleNew() {
 	// run-1/000000000100/MANIFEST.json 2
 	// run-1/000000000100/model.bin 13
 }
+
+// In-memory readers take a path of their own (io.WriterTo, no copy through
+// a buffer); sizes are still enforced there.
+func TestWriterToSizes(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t, nil)
+	data := bytes.Repeat([]byte("0123456789"), 1000)
+	require.NoError(t, put(ctx, s, "k", "old"))
+	err := s.Put(ctx, "k", bytes.NewReader(data), 1000)
+	assert.Error(t, err, "a reader longer than size")
+	err = s.Put(ctx, "k", bytes.NewReader(data), int64(len(data))+1)
+	assert.ErrorIs(t, err, io.ErrUnexpectedEOF, "a reader shorter than size")
+	err = s.Put(ctx, "k", bytes.NewBuffer(data), int64(len(data)))
+	require.NoError(t, err)
+	rc, err := s.Get(ctx, "k")
+	require.NoError(t, err)
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	assert.Equal(t, data, got)
+	assert.Equal(t, []string{"k"}, files(t, s.Dir()))
+}
+
+// Staged files are copied in the kernel where it can (copy_file_range), in
+// chunks, with the same size rules.
+func TestFileSource(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t, nil)
+	data := make([]byte, 20<<20+5)
+	for i := range data {
+		data[i] = byte(i ^ i>>9)
+	}
+	src := filepath.Join(t.TempDir(), "staged")
+	require.NoError(t, os.WriteFile(src, data, 0o666))
+	for _, size := range []int64{int64(len(data)), -1} {
+		f, err := os.Open(src)
+		require.NoError(t, err)
+		require.NoError(t, s.Put(ctx, "k", f, size))
+		f.Close()
+		b, err := os.ReadFile(filepath.Join(s.Dir(), "k"))
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(data, b), "size %d: stored bytes differ", size)
+	}
+	f, err := os.Open(src)
+	require.NoError(t, err)
+	defer f.Close()
+	err = s.Put(ctx, "short", f, int64(len(data))+1)
+	assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, _ = f.Seek(0, io.SeekStart)
+	assert.ErrorIs(t, s.Put(canceled, "canceled", f, int64(len(data))), context.Canceled)
+	assert.Equal(t, []string{"k"}, files(t, s.Dir()))
+}

@@ -270,6 +270,31 @@ func (g *gateReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// gateWriterTo is a gateReader that also implements io.WriterTo, as
+// in-memory readers do, so that stores taking that path are tested too.
+type gateWriterTo struct{ *gateReader }
+
+func (g gateWriterTo) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := g.Read(buf)
+		if n > 0 {
+			m, werr := w.Write(buf[:n])
+			total += int64(m)
+			if werr != nil {
+				return total, werr
+			}
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
 // errReader yields data then fails with err instead of io.EOF.
 type errReader struct {
 	data []byte
@@ -513,8 +538,12 @@ var failCases = []struct {
 
 func (c *suite) testCanceledPut(t *testing.T) {
 	for _, fc := range failCases {
-		for _, size := range []int64{1, -1} {
-			t.Run(fmt.Sprintf("%s/size=%d", fc.name, size), func(t *testing.T) {
+		for _, tc := range []struct {
+			size     int64
+			writerTo bool
+		}{{1, false}, {-1, false}, {1, true}} {
+			size := tc.size
+			t.Run(fmt.Sprintf("%s/size=%d/writerTo=%v", fc.name, size, tc.writerTo), func(t *testing.T) {
 				s, ctx := c.store(t)
 				const key = "cancel/obj"
 				if fc.old != nil {
@@ -527,7 +556,11 @@ func (c *suite) testCanceledPut(t *testing.T) {
 				putCtx, cancel := context.WithCancel(ctx)
 				defer cancel()
 				g := newGateReader(data, len(data)/2, nil)
-				done := putAsync(putCtx, s, key, g, size, false)
+				var r io.Reader = g
+				if tc.writerTo {
+					r = gateWriterTo{g}
+				}
+				done := putAsync(putCtx, s, key, r, size, false)
 				waitReached(t, g, done, "Put")
 				cancel()
 				// The reader goes on as if nothing happened: the store
