@@ -2,11 +2,15 @@ package providers_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -292,19 +296,69 @@ func mainKind(p string) notice.Kind {
 	return notice.KindTerminate
 }
 
-// Probes cancelled once a winner is found leave no connection behind: a
-// fake (like any http.Server) would otherwise wait for it on Close.
+// Detect leaves no connection open behind it: not the probes' (finished or
+// cancelled mid-dial), which would otherwise sit in transports nobody uses
+// any more. A counting TCP relay in front of each fake sees every
+// connection.
 func TestDetectLeavesNoConnections(t *testing.T) {
-	for range 20 {
-		for _, p := range noticetest.Providers() {
-			f, err := noticetest.New(p, nil)
-			require.NoError(t, err)
-			d, err := detect(t, providers.DetectOptions{Endpoint: f.URL()})
-			require.NoError(t, err)
-			require.Equal(t, p, d.Provider)
-			start := time.Now()
-			f.Close()
-			require.Less(t, time.Since(start), time.Second, "closing the %s fake waited for a leftover probe connection", p)
-		}
+	for _, p := range noticetest.Providers() {
+		t.Run(p, func(t *testing.T) {
+			f := newFake(t, p)
+			relay := newRelay(t, strings.TrimPrefix(f.URL(), "http://"))
+			for range 10 {
+				d, err := detect(t, providers.DetectOptions{Endpoint: relay.url})
+				require.NoError(t, err)
+				require.Equal(t, p, d.Provider)
+			}
+			require.Eventually(t, func() bool { return relay.open.Load() == 0 }, time.Second, 10*time.Millisecond,
+				"%d connections still open after Detect returned", relay.open.Load())
+			assert.GreaterOrEqual(t, relay.total.Load(), int64(10))
+		})
 	}
+}
+
+// relay forwards TCP connections to a backend and counts them.
+type relay struct {
+	url         string
+	open, total atomic.Int64
+}
+
+func newRelay(t *testing.T, backend string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	r := &relay{url: "http://" + ln.Addr().String()}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r.open.Add(1)
+			r.total.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer r.open.Add(-1)
+				defer c.Close()
+				b, err := net.Dial("tcp", backend)
+				if err != nil {
+					return
+				}
+				defer b.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(b, c); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(c, b); done <- struct{}{} }()
+				<-done // either side closed: drop both
+				c.Close()
+				b.Close()
+				<-done
+			}()
+		}
+	}()
+	return r
 }
