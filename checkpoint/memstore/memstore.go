@@ -79,15 +79,9 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, size int64, if
 	if err := checkpoint.ValidateKey(key); err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	if size > 0 {
-		buf.Grow(int(size))
-	}
-	if _, err := io.Copy(&buf, ctxReader{ctx, r}); err != nil {
+	data, err := readObject(ctxReader{ctx, r}, size)
+	if err != nil {
 		return fmt.Errorf("memstore: put %s: %w", key, err)
-	}
-	if size >= 0 && int64(buf.Len()) != size {
-		return fmt.Errorf("memstore: put %s: read %d bytes, want %d: %w", key, buf.Len(), size, io.ErrUnexpectedEOF)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: put %s: %w", key, err)
@@ -97,8 +91,36 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, size int64, if
 	if _, exists := s.objects[key]; exists && ifAbsent {
 		return checkpoint.Exists(key, nil)
 	}
-	s.objects[key] = object{data: buf.Bytes(), modified: time.Now()}
+	s.objects[key] = object{data: data, modified: time.Now()}
 	return nil
+}
+
+// readObject reads all of r. With a known size it reads into one exact
+// allocation (a bytes.Buffer grown to size would still reallocate, doubling,
+// to find EOF) and then makes sure r has nothing more.
+func readObject(r io.Reader, size int64) ([]byte, error) {
+	if size < 0 {
+		var buf bytes.Buffer
+		if _, err := io.Copy(&buf, r); err != nil {
+			return nil, err
+		}
+		return buf.Bytes(), nil
+	}
+	data := make([]byte, size)
+	n, err := io.ReadFull(r, data)
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return nil, fmt.Errorf("read %d bytes, want %d: %w", n, size, io.ErrUnexpectedEOF)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var extra [1]byte
+	if m, err := r.Read(extra[:]); m > 0 {
+		return nil, fmt.Errorf("reader has more than %d bytes", size)
+	} else if err != nil && err != io.EOF {
+		return nil, err
+	}
+	return data, nil
 }
 
 // Get returns a reader over the object as it was when Get was called.
