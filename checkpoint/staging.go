@@ -163,19 +163,15 @@ func stageFile(ctx context.Context, dir, path string) (*stagedFile, error) {
 	return &stagedFile{f: dst, size: n}, nil
 }
 
-// partReader is what a Store's Put reads: a part's staged bytes. It
-// computes the CRC-32C as the store reads sequentially (the usual case:
-// one pass over the data), counts progress, and also offers ReadAt and
-// Seek for stores that upload ranges in parallel; the CRC is then computed
-// separately after the Put.
+// partReader is what a Store's Put reads: a part's staged bytes. Besides
+// Read it offers ReadAt and Seek, for stores that upload ranges in
+// parallel, and WriteTo, which hands staged memory to the writer without a
+// copy. It counts progress.
 type partReader struct {
-	src    source
-	size   int64
-	off    int64
-	crc    uint32
-	hashed int64 // bytes [0, hashed) are in crc
-	noCRC  bool
-	count  func(int64)
+	src   source
+	size  int64
+	off   int64
+	count func(int64)
 }
 
 var (
@@ -183,13 +179,6 @@ var (
 	_ io.ReaderAt   = (*partReader)(nil)
 	_ io.WriterTo   = (*partReader)(nil)
 )
-
-func (r *partReader) hash(p []byte, at int64) {
-	if !r.noCRC && at == r.hashed {
-		r.crc = crcUpdate(r.crc, p)
-		r.hashed += int64(len(p))
-	}
-}
 
 func (r *partReader) Read(p []byte) (int, error) {
 	if r.off >= r.size {
@@ -199,7 +188,6 @@ func (r *partReader) Read(p []byte) (int, error) {
 		p = p[:rest]
 	}
 	n, err := r.src.ReadAt(p, r.off)
-	r.hash(p[:n], r.off)
 	r.off += int64(n)
 	r.count(int64(n))
 	if err == io.EOF && r.off < r.size {
@@ -233,13 +221,10 @@ func (r *partReader) Seek(offset int64, whence int) (int64, error) {
 	return offset, nil
 }
 
-// WriteTo hands staged memory chunks straight to the writer (no copy for
-// an *os.File destination).
 func (r *partReader) WriteTo(w io.Writer) (int64, error) {
 	var total int64
 	write := func(p []byte) error {
 		n, err := w.Write(p)
-		r.hash(p[:n], r.off)
 		r.off += int64(n)
 		total += int64(n)
 		r.count(int64(n))
@@ -269,27 +254,24 @@ func (r *partReader) WriteTo(w io.Writer) (int64, error) {
 	return total, nil
 }
 
-// checksum returns the CRC-32C of the whole source, reusing what the
-// sequential read already hashed.
-func (r *partReader) checksum() (uint32, error) {
-	if r.noCRC {
-		return 0, nil
-	}
-	if r.hashed == r.size {
-		return r.crc, nil
-	}
-	return sourceCRC(r.src, r.size)
-}
-
-func sourceCRC(src source, size int64) (uint32, error) {
-	if b, ok := src.(*buffer); ok {
-		var crc uint32
-		b.slices(0, func(p []byte) error { crc = crcUpdate(crc, p); return nil })
-		return crc, nil
-	}
+// sourceCRC returns the CRC-32C of a staged part. The upload runs it
+// alongside the store's Put, so that it costs no time while the store is
+// busy with I/O.
+func sourceCRC(ctx context.Context, src source) (uint32, error) {
 	var crc uint32
+	if b, ok := src.(*buffer); ok {
+		err := b.slices(0, func(p []byte) error {
+			crc = crcUpdate(crc, p)
+			return ctx.Err()
+		})
+		return crc, err
+	}
+	size := src.Size()
 	buf := make([]byte, 1<<20)
 	for off := int64(0); off < size; {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
 		n, err := src.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
 		crc = crcUpdate(crc, buf[:n])
 		off += int64(n)

@@ -229,25 +229,41 @@ func (m *Manager) upload(u *Upload) (err error) {
 }
 
 // putPart uploads one part with retries and returns its manifest entry.
+// The CRC-32C is computed alongside, from the staged bytes.
 func (m *Manager) putPart(ctx context.Context, tr *tracker, step int64, p stagedPart) (PartInfo, error) {
 	key := m.key(step, p.name)
 	size := p.src.Size()
-	var r *partReader
+	var crc uint32
+	var crcErr error
+	crcDone := make(chan struct{})
+	crcCtx, stopCRC := context.WithCancel(ctx)
+	defer stopCRC()
+	if m.opts.noCRC {
+		close(crcDone)
+	} else {
+		go func() {
+			defer close(crcDone)
+			crc, crcErr = sourceCRC(crcCtx, p.src)
+		}()
+	}
 	var counted atomic.Int64
 	err := m.retry(ctx, "put "+key, func() error {
 		tr.add(-counted.Swap(0)) // a retry starts over
-		r = &partReader{src: p.src, size: size, noCRC: m.opts.noCRC, count: func(n int64) {
+		r := &partReader{src: p.src, size: size, count: func(n int64) {
 			counted.Add(n)
 			tr.add(n)
 		}}
 		return m.store.Put(ctx, key, r, size)
 	})
 	if err != nil {
+		stopCRC()
+	}
+	<-crcDone // the staged bytes must outlive the checksum
+	if err != nil {
 		return PartInfo{}, err
 	}
-	crc, err := r.checksum()
-	if err != nil {
-		return PartInfo{}, fmt.Errorf("checksum: %w", err)
+	if crcErr != nil {
+		return PartInfo{}, fmt.Errorf("checksum: %w", crcErr)
 	}
 	return PartInfo{Name: p.name, Size: size, CRC32C: crc}, nil
 }

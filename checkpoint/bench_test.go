@@ -1,0 +1,273 @@
+package checkpoint_test
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spotsafe/spotsafe/checkpoint"
+	"github.com/spotsafe/spotsafe/checkpoint/filestore"
+)
+
+// Run with: go test -run '^$' -bench . -benchtime 3x ./checkpoint/
+// Every benchmark times the raw operation on the same bytes in the same
+// loop and reports the ratio, so that the machine's speed cancels out.
+
+const benchSize = 256 << 20
+
+func benchManager(b *testing.B, st checkpoint.Store, noCRC bool) *checkpoint.Manager {
+	b.Helper()
+	opts := &checkpoint.ManagerOptions{Keep: 1}
+	if noCRC {
+		checkpoint.DisableCRC(opts)
+	}
+	m, err := checkpoint.NewManager(st, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close(context.Background()) })
+	return m
+}
+
+func benchSave(b *testing.B, m *checkpoint.Manager, step int64, data []byte) time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	u, err := m.Save(ctx, step, checkpoint.Bytes("state.bin", data))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := u.Wait(ctx); err != nil {
+		b.Fatal(err)
+	}
+	d := time.Since(start)
+	if err := m.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// BenchmarkCapture: how long Save blocks the caller for 256 MiB of bytes,
+// against a plain copy of the same bytes into a buffer.
+func BenchmarkCapture(b *testing.B) {
+	ctx := context.Background()
+	data := payload(1, benchSize)
+	dst := make([]byte, benchSize)
+	copy(dst, data)
+	st, err := filestore.New(b.TempDir(), &filestore.Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	m := benchManager(b, st, false)
+	benchSave(b, m, 0, data) // staging memory is pooled from here on
+	b.SetBytes(benchSize)
+	var raw, capture time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		t0 := time.Now()
+		copy(dst, data)
+		raw += time.Since(t0)
+		b.StartTimer()
+		t0 = time.Now()
+		u, err := m.Save(ctx, int64(i+1), checkpoint.Bytes("state.bin", data))
+		capture += time.Since(t0)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := u.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		m.Flush(ctx)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(capture)/float64(raw), "capture/copy")
+	b.ReportMetric(float64(benchSize)/raw.Seconds()*float64(b.N)/1e6, "copy-MB/s")
+}
+
+// BenchmarkSave: a whole save of 256 MiB to filestore (capture, upload,
+// fsync, commit), against os.WriteFile-and-fsync of the same bytes in the
+// same directory, and against the same save with CRC-32C off.
+func BenchmarkSave(b *testing.B) {
+	data := payload(2, benchSize)
+	dir := b.TempDir()
+	st, err := filestore.New(filepath.Join(dir, "store"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	m := benchManager(b, st, false)
+	stNoCRC, err := filestore.New(filepath.Join(dir, "nocrc"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stNoCRC.Close()
+	noCRC := benchManager(b, stNoCRC, true)
+	benchSave(b, m, 0, data)
+	benchSave(b, noCRC, 0, data)
+	b.SetBytes(benchSize)
+	var raw, save, saveNoCRC time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		raw += rawWrite(b, filepath.Join(dir, "raw.bin"), data)
+		saveNoCRC += benchSave(b, noCRC, int64(i+1), data)
+		b.StartTimer()
+		save += benchSave(b, m, int64(i+1), data)
+	}
+	b.ReportMetric(raw.Seconds()/save.Seconds(), "save/raw-throughput")
+	b.ReportMetric(100*(save.Seconds()/saveNoCRC.Seconds()-1), "crc-overhead-%")
+	b.ReportMetric(float64(benchSize)*float64(b.N)/raw.Seconds()/1e6, "raw-MB/s")
+}
+
+func rawWrite(b *testing.B, path string, data []byte) time.Duration {
+	t0 := time.Now()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+	d := time.Since(t0)
+	os.Remove(path)
+	return d
+}
+
+// BenchmarkRestore: Latest of a 256 MiB checkpoint from filestore (ranged
+// parallel reads, verified) against a plain Get of the object into a new
+// buffer, and against Latest with CRC-32C off.
+func BenchmarkRestore(b *testing.B) {
+	ctx := context.Background()
+	data := payload(3, benchSize)
+	st, err := filestore.New(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	m := benchManager(b, st, false)
+	noCRC := benchManager(b, st, true)
+	benchSave(b, m, 1, data)
+	latest := func(m *checkpoint.Manager) time.Duration {
+		t0 := time.Now()
+		cp, err := m.Latest(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d := time.Since(t0)
+		if got, _ := cp.ReadPart(ctx, "state.bin"); len(got) != benchSize {
+			b.Fatalf("restored %d bytes", len(got))
+		}
+		return d
+	}
+	b.SetBytes(benchSize)
+	var raw, restore, restoreNoCRC time.Duration
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		t0 := time.Now()
+		rc, err := st.Get(ctx, "000000000001/state.bin")
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf := make([]byte, benchSize)
+		if _, err := io.ReadFull(rc, buf); err != nil {
+			b.Fatal(err)
+		}
+		rc.Close()
+		raw += time.Since(t0)
+		restoreNoCRC += latest(noCRC)
+		runtime.GC()
+		b.StartTimer()
+		restore += latest(m)
+		b.StopTimer()
+		runtime.GC()
+		b.StartTimer()
+	}
+	b.ReportMetric(raw.Seconds()/restore.Seconds(), "restore/raw-throughput")
+	b.ReportMetric(100*(restore.Seconds()/restoreNoCRC.Seconds()-1), "crc-overhead-%")
+	b.ReportMetric(float64(benchSize)*float64(b.N)/raw.Seconds()/1e6, "raw-MB/s")
+}
+
+// BenchmarkCRC32C is the checksum's own throughput on this machine.
+func BenchmarkCRC32C(b *testing.B) {
+	data := payload(4, 64<<20)
+	tab := crc32.MakeTable(crc32.Castagnoli)
+	b.SetBytes(int64(len(data)))
+	var sum uint32
+	for b.Loop() {
+		sum = crc32.Update(sum, tab, data)
+	}
+	_ = sum
+}
+
+// BenchmarkSaveHeap measures the peak heap during a save of S = 256 MiB
+// by a fresh Manager (staging not yet pooled: the worst case), over the
+// heap before it (which holds the caller's S bytes). The target is at most
+// S + 64 MiB.
+func BenchmarkSaveHeap(b *testing.B) {
+	data := payload(5, benchSize)
+	st, err := filestore.New(b.TempDir(), &filestore.Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	b.SetBytes(benchSize)
+	var worst uint64
+	for i := range b.N {
+		b.StopTimer()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		base := ms.HeapInuse
+		m := benchManager(b, st, false)
+		stop := make(chan struct{})
+		var peak uint64
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			var ms runtime.MemStats
+			t := time.NewTicker(2 * time.Millisecond)
+			defer t.Stop()
+			for {
+				runtime.ReadMemStats(&ms)
+				peak = max(peak, ms.HeapInuse)
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+				}
+			}
+		})
+		b.StartTimer()
+		benchSave(b, m, int64(i+1), data)
+		b.StopTimer()
+		close(stop)
+		wg.Wait()
+		m.Close(context.Background())
+		if peak > base {
+			worst = max(worst, peak-base)
+		}
+		b.StartTimer()
+	}
+	over := float64(int64(worst)-benchSize) / (1 << 20)
+	b.ReportMetric(over, "heap-over-S-MiB")
+	if over > 64 {
+		b.Errorf("peak heap during a save of %d MiB was S + %.0f MiB; want at most S + 64 MiB", benchSize>>20, over)
+	}
+	fmt.Fprint(io.Discard, over)
+}
