@@ -439,6 +439,16 @@ func (s *Store) copy(ctx context.Context, f *os.File, r io.Reader, size int64) e
 	if size >= 0 && n != size {
 		return fmt.Errorf("reader ended after %d of %d bytes: %w", n, size, io.ErrUnexpectedEOF)
 	}
+	if size >= 0 {
+		// A reader longer than size means the caller's size is wrong:
+		// refuse rather than store a truncated object.
+		var extra [1]byte
+		if m, err := r.Read(extra[:]); m > 0 {
+			return errTooLong
+		} else if err != nil && err != io.EOF {
+			return fmt.Errorf("read after %d bytes: %w", n, err)
+		}
+	}
 	return ctx.Err()
 }
 
@@ -459,7 +469,7 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 			return n, err
 		}
 		if w.left == 0 {
-			w.err = errors.New("reader has more bytes than the size given")
+			w.err = errTooLong
 			return n, w.err
 		}
 		c := int(min(int64(len(p)), fileChunk, w.left))
@@ -474,6 +484,8 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+var errTooLong = errors.New("reader has more bytes than the size given")
 
 // Get opens the object for reading. Readers of an object that is then
 // overwritten or deleted go on reading the old object.

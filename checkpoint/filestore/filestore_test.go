@@ -413,6 +413,10 @@ func TestWriterToSizes(t *testing.T) {
 	require.NoError(t, put(ctx, s, "k", "old"))
 	err := s.Put(ctx, "k", bytes.NewReader(data), 1000)
 	assert.Error(t, err, "a reader longer than size")
+	err = s.Put(ctx, "k", io.LimitReader(bytes.NewReader(data), 5000), 1000)
+	assert.Error(t, err, "a plain reader longer than size")
+	err = s.Put(ctx, "k", io.LimitReader(bytes.NewReader(data), 5000), 0)
+	assert.Error(t, err, "a plain reader longer than size 0")
 	err = s.Put(ctx, "k", bytes.NewReader(data), int64(len(data))+1)
 	assert.ErrorIs(t, err, io.ErrUnexpectedEOF, "a reader shorter than size")
 	err = s.Put(ctx, "k", bytes.NewBuffer(data), int64(len(data)))
@@ -450,9 +454,31 @@ func TestFileSource(t *testing.T) {
 	defer f.Close()
 	err = s.Put(ctx, "short", f, int64(len(data))+1)
 	assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	_, _ = f.Seek(0, io.SeekStart)
+	err = s.Put(ctx, "long", f, int64(len(data))-1)
+	assert.Error(t, err, "a file longer than size")
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
 	_, _ = f.Seek(0, io.SeekStart)
 	assert.ErrorIs(t, s.Put(canceled, "canceled", f, int64(len(data))), context.Canceled)
 	assert.Equal(t, []string{"k"}, files(t, s.Dir()))
+}
+
+// Stores are usually opened by URL; importing filestore registers file://.
+func Example_open() {
+	dir, _ := os.MkdirTemp("", "ckpt")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	s, err := checkpoint.Open(ctx, "file://"+filepath.ToSlash(dir))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.(io.Closer).Close()
+	fmt.Println(s.Put(ctx, "step/000001/weights", strings.NewReader("w"), 1))
+	_, err = s.Get(ctx, "step/000002/weights")
+	fmt.Println("missing:", errors.Is(err, fs.ErrNotExist))
+	// Output:
+	// <nil>
+	// missing: true
 }

@@ -10,5 +10,18 @@
 //   - [Faulty] wraps any Store and injects faults: failed calls, streams
 //     that fail or hang after N bytes, corrupted bytes, slowness, disk full.
 //
+// A store package's whole conformance test:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.RunConformance(t, func(t *testing.T) checkpoint.Store {
+//			s, err := mystore.New(t.TempDir(), nil) // or: a fresh bucket prefix
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			t.Cleanup(func() { s.Close() })
+//			return s
+//		})
+//	}
+//
 // The package is modelled on gocloud.dev's drivertest.
 package storetest
