@@ -44,13 +44,14 @@ func (m *Manager) claim(ctx context.Context, step int64, expires time.Time) erro
 	if err != nil {
 		return err
 	}
+	tookOver := false
 	for attempt := 0; ; attempt++ {
 		err := m.create(ctx, key, data)
 		if !errors.Is(err, fs.ErrExist) {
 			return err
 		}
 		raw, err := m.readSmall(ctx, key)
-		if errors.Is(err, fs.ErrNotExist) && attempt == 0 {
+		if errors.Is(err, fs.ErrNotExist) && attempt < 3 {
 			continue // released in between
 		}
 		if err != nil {
@@ -58,7 +59,8 @@ func (m *Manager) claim(ctx context.Context, step int64, expires time.Time) erro
 		}
 		var other claimRecord
 		perr := json.Unmarshal(raw, &other)
-		if attempt == 0 && (perr != nil || m.staleClaim(other, time.Now())) {
+		if !tookOver && (perr != nil || m.staleClaim(other, time.Now())) {
+			tookOver = true
 			m.log.Warn("checkpoint taking over a stale claim", "ckpt.step", step, "holder", string(raw))
 			if err := m.store.Delete(ctx, key); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("remove stale claim: %w", err)

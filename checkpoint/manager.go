@@ -339,6 +339,12 @@ func (m *Manager) SaveSnapshot(ctx context.Context, s Snapshot) (*Upload, error)
 		return nil, fmt.Errorf("checkpoint: save step %d: unknown %v", s.Step, policy)
 	}
 	u := m.newUpload(ctx, s)
+	started := false
+	defer func() {
+		if !started {
+			u.cancel(nil)
+		}
+	}()
 
 	m.mu.Lock()
 	if err := m.admitLocked(u); err != nil {
@@ -376,7 +382,6 @@ func (m *Manager) SaveSnapshot(ctx context.Context, s Snapshot) (*Upload, error)
 
 	m.mu.Lock()
 	if err != nil {
-		u.cancel(nil)
 		if reserved {
 			m.releaseLocked()
 		}
@@ -390,7 +395,6 @@ func (m *Manager) SaveSnapshot(ctx context.Context, s Snapshot) (*Upload, error)
 	case m.closed:
 		m.mu.Unlock()
 		u.releaseStaging()
-		u.cancel(nil)
 		return nil, fmt.Errorf("checkpoint: save step %d: %w", s.Step, ErrClosed)
 	case m.active == nil && m.pending == nil:
 		m.setActiveLocked(u)
@@ -406,6 +410,7 @@ func (m *Manager) SaveSnapshot(ctx context.Context, s Snapshot) (*Upload, error)
 		m.notifyLocked()
 		m.log.Debug("checkpoint queued behind running upload", "ckpt.step", u.step, "policy", policy.String())
 	}
+	started = true
 	m.mu.Unlock()
 	if dropped != nil {
 		dropped()

@@ -48,9 +48,12 @@ func (p *chunkPool) put(chunks [][]byte) {
 	}
 }
 
+// drain empties the pool for good (Close): chunks put back later are
+// dropped.
 func (p *chunkPool) drain() {
 	p.mu.Lock()
 	p.free = nil
+	p.retain = 0
 	p.mu.Unlock()
 }
 
