@@ -164,7 +164,8 @@ func Hang(ops Op) Fault { return Fault{Kind: FaultHang, Ops: ops} }
 
 // HangAfterBytes makes the streams of ops block after n bytes until the
 // call's context is done (for reads: the context given to Get or
-// GetRange); the stream then fails with the context's error.
+// GetRange); the stream then fails with the context's error. List and
+// Delete, which have no stream, hang at once.
 func HangAfterBytes(ops Op, n int64) Fault { return Fault{Kind: FaultHang, Ops: ops, Bytes: n} }
 
 // armed is a fault with its counters.
@@ -266,7 +267,8 @@ func before(ctx context.Context, op Op, key string, faults []*armed) error {
 		case FaultFail:
 			return fmt.Errorf("storetest: %s %s: %w", op, key, errOr(a.Err))
 		case FaultHang:
-			if a.Bytes <= 0 {
+			// List and Delete have no stream: they hang at once.
+			if a.Bytes <= 0 || op&(OpList|OpDelete) != 0 {
 				<-ctx.Done()
 				return fmt.Errorf("storetest: %s %s: hung until: %w", op, key, ctxErr(ctx))
 			}

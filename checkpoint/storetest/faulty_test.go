@@ -293,6 +293,14 @@ func TestHang(t *testing.T) {
 	rc.Close()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, pattern(5000)[:100], got)
+
+	// Calls without a stream hang at once.
+	f.Reset()
+	f.Inject(storetest.HangAfterBytes(storetest.OpList, 100))
+	lctx, lcancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer lcancel()
+	_, err = f.List(lctx, "")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
 func TestOpString(t *testing.T) {
