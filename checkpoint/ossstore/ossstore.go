@@ -50,6 +50,8 @@ type Store struct {
 	prefix string // "" or ends in "/"
 	opts   Options
 	log    *slog.Logger
+	// buffers recycles the chunk buffers of parallel reads between Gets.
+	buffers *rangeread.BufferPool
 }
 
 var (
@@ -156,6 +158,7 @@ func New(client *oss.Client, bucket string, opts *Options) (*Store, error) {
 		}
 		s.prefix = o.Prefix + "/"
 	}
+	s.buffers = rangeread.NewBufferPool(o.PartSize)
 	s.log = o.Logger
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -526,8 +529,8 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return s.GetRange(ctx, key, 0, -1)
 }
 
-// GetRange opens length bytes from offset (length < 0: to the end), in
-// parallel like Get when the range is large.
+// GetRange opens length bytes from offset in one ranged GET. With length
+// < 0 it reads to the end, in parallel like Get when that is large.
 func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	if err := validateKey(key); err != nil {
 		return nil, err
@@ -547,7 +550,9 @@ func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) 
 	}
 	first := s.opts.PartSize
 	if length > 0 {
-		first = min(first, length)
+		// An explicit range is one request: callers that read ranges
+		// (the Manager's restore) already run them in parallel.
+		first = length
 	}
 	var hdr http.Header
 	var body io.ReadCloser
@@ -591,6 +596,7 @@ func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) 
 	return rangeread.New(ctx, end-offset, body, fetch, &rangeread.Options{
 		ChunkSize:   first,
 		Concurrency: s.opts.Concurrency,
+		Buffers:     s.buffers,
 		Attempts:    s.opts.Attempts,
 		Backoff:     s.opts.Backoff,
 	}), nil

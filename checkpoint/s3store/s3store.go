@@ -54,6 +54,8 @@ type Store struct {
 	prefix string // "" or ends in "/"
 	opts   Options
 	log    *slog.Logger
+	// buffers recycles the chunk buffers of parallel reads between Gets.
+	buffers *rangeread.BufferPool
 }
 
 var (
@@ -139,6 +141,7 @@ func New(client *s3.Client, bucket string, opts *Options) (*Store, error) {
 		}
 		s.prefix = o.Prefix + "/"
 	}
+	s.buffers = rangeread.NewBufferPool(o.PartSize)
 	s.log = o.Logger
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -362,8 +365,8 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return s.GetRange(ctx, key, 0, -1)
 }
 
-// GetRange opens length bytes from offset (length < 0: to the end), in
-// parallel like Get when the range is large.
+// GetRange opens length bytes from offset in one ranged GET. With length
+// < 0 it reads to the end, in parallel like Get when that is large.
 func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	if err := validateKey(key); err != nil {
 		return nil, err
@@ -384,7 +387,9 @@ func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) 
 	}
 	first := s.opts.PartSize
 	if length > 0 {
-		first = min(first, length)
+		// An explicit range is one request: callers that read ranges
+		// (the Manager's restore) already run them in parallel.
+		first = length
 	}
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
 		Bucket: aws.String(s.bucket),
@@ -425,6 +430,7 @@ func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) 
 	return rangeread.New(ctx, end-offset, out.Body, fetch, &rangeread.Options{
 		ChunkSize:   first,
 		Concurrency: s.opts.Concurrency,
+		Buffers:     s.buffers,
 	}), nil
 }
 

@@ -32,12 +32,12 @@ type Options struct {
 
 // chunk bounds how many bytes move between two pacing decisions; small
 // enough to keep the rate smooth, large enough to keep syscalls cheap.
-const chunk = 32 << 10
+const chunk = 64 << 10
 
 // slack is how far a direction may fall behind its schedule (sleep overshoot,
 // scheduler delays) and still catch up with a burst; beyond it the
 // connection counts as idle and the schedule restarts from now.
-const slack = 5 * time.Millisecond
+const slack = 50 * time.Millisecond
 
 // Listen wraps l so that every accepted connection is shaped by opts.
 func Listen(l net.Listener, opts Options) net.Listener {

@@ -35,6 +35,35 @@ type Options struct {
 	Attempts int
 	// Backoff between attempts; default exponential from 100 ms.
 	Backoff func() backoff.BackOff
+	// Buffers, if set and of ChunkSize, supplies the chunk buffers, so that
+	// successive Readers of one store reuse memory.
+	Buffers *BufferPool
+}
+
+// BufferPool recycles chunk buffers of one size between Readers. It is
+// safe for concurrent use.
+type BufferPool struct {
+	size int64
+	pool sync.Pool
+}
+
+// NewBufferPool returns a pool of buffers of size bytes.
+func NewBufferPool(size int64) *BufferPool {
+	return &BufferPool{size: size}
+}
+
+func (p *BufferPool) get() []byte {
+	if b, ok := p.pool.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, p.size)
+}
+
+func (p *BufferPool) put(b []byte) {
+	if int64(cap(b)) == p.size {
+		b = b[:cap(b)]
+		p.pool.Put(&b)
+	}
 }
 
 const (
@@ -87,6 +116,9 @@ func New(ctx context.Context, size int64, first io.ReadCloser, fetch FetchFunc, 
 	}
 	if o.Attempts <= 0 {
 		o.Attempts = defaultAttempts
+	}
+	if o.Buffers != nil && o.Buffers.size != o.ChunkSize {
+		o.Buffers = nil
 	}
 	if o.Backoff == nil {
 		o.Backoff = func() backoff.BackOff {
@@ -152,7 +184,11 @@ func (r *Reader) get(i int, body io.ReadCloser) ([]byte, error) {
 	select {
 	case buf = <-r.free:
 	default:
-		buf = make([]byte, r.opts.ChunkSize)
+		if r.opts.Buffers != nil {
+			buf = r.opts.Buffers.get()
+		} else {
+			buf = make([]byte, r.opts.ChunkSize)
+		}
 	}
 	buf = buf[:n]
 	var got int64
@@ -235,6 +271,9 @@ func (r *Reader) release() {
 		select {
 		case r.free <- r.buf[:cap(r.buf)]:
 		default:
+			if r.opts.Buffers != nil {
+				r.opts.Buffers.put(r.buf)
+			}
 		}
 		r.buf = nil
 	}
@@ -284,6 +323,28 @@ func (r *Reader) Close() error {
 	r.wg.Wait()
 	if r.err == nil {
 		r.err = errClosed
+	}
+	if p := r.opts.Buffers; p != nil {
+		// Every goroutine has ended: hand all buffers back.
+		if r.buf != nil {
+			p.put(r.buf)
+		}
+		for _, ch := range r.results[r.next:] {
+			select {
+			case res := <-ch:
+				p.put(res.buf)
+			default:
+			}
+		}
+		for {
+			select {
+			case b := <-r.free:
+				p.put(b)
+				continue
+			default:
+			}
+			break
+		}
 	}
 	r.cur, r.buf = nil, nil
 	return nil

@@ -180,3 +180,35 @@ func TestContextCancelEndsStream(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 	r.Close()
 }
+
+func TestBufferPoolIsReused(t *testing.T) {
+	pool := rangeread.NewBufferPool(4096)
+	src := &source{data: object(64 << 10)}
+	for range 3 {
+		r := rangeread.New(context.Background(), int64(len(src.data)), nil, src.fetch,
+			&rangeread.Options{ChunkSize: 4096, Concurrency: 2, Buffers: pool})
+		got, err := io.ReadAll(r)
+		require.NoError(t, err)
+		require.NoError(t, r.Close())
+		assert.True(t, bytes.Equal(src.data, got))
+	}
+	// Closing mid-stream hands buffers back without corrupting later reads.
+	r := rangeread.New(context.Background(), int64(len(src.data)), nil, src.fetch,
+		&rangeread.Options{ChunkSize: 4096, Concurrency: 4, Buffers: pool})
+	_, err := io.ReadFull(r, make([]byte, 5000))
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	r = rangeread.New(context.Background(), int64(len(src.data)), nil, src.fetch,
+		&rangeread.Options{ChunkSize: 4096, Concurrency: 4, Buffers: pool})
+	got, err := io.ReadAll(r)
+	require.NoError(t, err)
+	r.Close()
+	assert.True(t, bytes.Equal(src.data, got))
+	// A pool of another size is ignored, not misused.
+	r = rangeread.New(context.Background(), int64(len(src.data)), nil, src.fetch,
+		&rangeread.Options{ChunkSize: 8192, Buffers: pool})
+	got, err = io.ReadAll(r)
+	require.NoError(t, err)
+	r.Close()
+	assert.True(t, bytes.Equal(src.data, got))
+}

@@ -14,6 +14,7 @@ package s3fake
 
 import (
 	"encoding/xml"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -256,4 +257,63 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	w.WriteHeader(status)
 	w.Write([]byte(xml.Header))
 	w.Write(body)
+}
+
+// Sink is an S3 (and OSS) endpoint that accepts uploads and throws the
+// bytes away: PutObject and the multipart calls (initiate, upload part,
+// complete, abort) answer as S3 does, everything else 501. Benchmarks use
+// it to measure an upload path where the network, not gofakes3 (which
+// hashes every part under one lock and re-hashes the whole object on
+// complete), is the bottleneck.
+func Sink() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		bucket, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			return
+		}
+		etag := fmt.Sprintf(`"%032x"`, n)
+		switch {
+		case r.Method == http.MethodPost && q.Has("uploads"):
+			writeXML(w, struct {
+				XMLName  xml.Name `xml:"InitiateMultipartUploadResult"`
+				Bucket   string
+				Key      string
+				UploadId string
+			}{Bucket: bucket, Key: key, UploadId: "sink-upload"})
+		case r.Method == http.MethodPost && q.Has("uploadId"):
+			writeXML(w, struct {
+				XMLName xml.Name `xml:"CompleteMultipartUploadResult"`
+				Bucket  string
+				Key     string
+				ETag    string
+			}{Bucket: bucket, Key: key, ETag: `"sink-1"`})
+		case r.Method == http.MethodDelete && q.Has("uploadId"):
+			w.WriteHeader(http.StatusNoContent)
+		case r.Method == http.MethodPut && key != "":
+			w.Header().Set("ETag", etag)
+		default:
+			writeError(w, http.StatusNotImplemented, "NotImplemented", "the sink only accepts uploads")
+		}
+	})
+}
+
+func writeXML(w http.ResponseWriter, v any) {
+	body, _ := xml.Marshal(v)
+	w.Header().Set("Content-Type", "application/xml")
+	w.Write([]byte(xml.Header))
+	w.Write(body)
+}
+
+// StartSink runs Sink behind netsim shaping until the test ends and returns
+// its URL.
+func StartSink(tb testing.TB, shape netsim.Options) string {
+	tb.Helper()
+	srv := httptest.NewUnstartedServer(Sink())
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.Listener = netsim.Listen(srv.Listener, shape)
+	srv.Start()
+	tb.Cleanup(srv.Close)
+	return srv.URL
 }
