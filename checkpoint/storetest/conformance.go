@@ -879,10 +879,13 @@ func (c *suite) testAwkwardKeys(t *testing.T) {
 	checkKeys(t, ctx, s, "", nil, nil)
 }
 
-// InvalidKeys are keys every store must refuse with checkpoint.ErrInvalidKey.
-var InvalidKeys = []string{
-	"", "/", "/abs", "../x", "x/..", "a/../b", "..", ".", "./a", "a/./b",
-	"a//b", "a/", "nul\x00byte", "back\\slash",
+// InvalidKeys returns keys every store must refuse with
+// checkpoint.ErrInvalidKey (a new slice on each call).
+func InvalidKeys() []string {
+	return []string{
+		"", "/", "/abs", "../x", "x/..", "a/../b", "..", ".", "./a", "a/./b",
+		"a//b", "a/", "nul\x00byte", "back\\slash",
+	}
 }
 
 func (c *suite) testInvalidKeys(t *testing.T) {
@@ -895,7 +898,7 @@ func (c *suite) testInvalidKeys(t *testing.T) {
 			t.Errorf("%s(%q) = %v, want an error matching checkpoint.ErrInvalidKey", op, key, err)
 		}
 	}
-	for _, key := range InvalidKeys {
+	for _, key := range InvalidKeys() {
 		check("Put", key, s.Put(ctx, key, strings.NewReader("data"), 4))
 		rc, err := s.Get(ctx, key)
 		if err == nil {
