@@ -169,12 +169,19 @@ var ErrUnknownScheme = errors.New("checkpoint: unknown store URL scheme")
 // imported (for its side effect) for its scheme to be known. If the
 // returned Store implements io.Closer, close it when done.
 func Open(ctx context.Context, rawURL string) (Store, error) {
+	var u *url.URL
 	if !strings.Contains(rawURL, "://") {
-		rawURL = "file://" + rawURL
-	}
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: parse store URL %q: %w", rawURL, err)
+		// A plain path: build the URL instead of parsing, so that '%', '?'
+		// and '#' in a file name stay part of the path.
+		u = &url.URL{Scheme: "file", Path: rawURL}
+		if !strings.HasPrefix(rawURL, "/") {
+			u.Host, u.Path = ".", "/"+strings.TrimPrefix(rawURL, "./")
+		}
+	} else {
+		var err error
+		if u, err = url.Parse(rawURL); err != nil {
+			return nil, fmt.Errorf("checkpoint: parse store URL %q: %w", rawURL, err)
+		}
 	}
 	registry.RLock()
 	open := registry.m[u.Scheme]
