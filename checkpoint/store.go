@@ -105,6 +105,7 @@ type KeyError struct {
 	Err  error
 }
 
+// Error describes the key and what is wrong with it.
 func (e *KeyError) Error() string {
 	msg := fmt.Sprintf("checkpoint: %s: %v", e.Key, e.Kind)
 	if e.Err != nil {

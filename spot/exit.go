@@ -54,6 +54,7 @@ type InterruptedError struct {
 	Err error
 }
 
+// Error says which notice stopped the work and what was committed.
 func (e *InterruptedError) Error() string {
 	if e.Committed {
 		return fmt.Sprintf("spot: interrupted by %s %s notice; checkpoint at step %d committed %v after the notice",

@@ -74,6 +74,7 @@ type StatusError struct {
 	Body string
 }
 
+// Error gives the method, URL, status and the start of the body.
 func (e *StatusError) Error() string {
 	msg := fmt.Sprintf("%s %s: HTTP %d", e.Method, e.URL, e.Code)
 	if e.Body != "" {
@@ -140,6 +141,7 @@ type TransientError struct {
 	Err error
 }
 
+// Error gives the operation and its cause.
 func (e *TransientError) Error() string { return e.Op + ": " + e.Err.Error() }
 
 // Is reports true for notice.ErrTransient.
