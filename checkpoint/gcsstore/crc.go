@@ -1,0 +1,57 @@
+package gcsstore
+
+// crc32cCombine returns the CRC32C of A||B from crc1 = CRC32C(A), crc2 =
+// CRC32C(B) and len2 = len(B), in O(log len2) time: zlib's crc32_combine
+// (Mark Adler) for the reflected Castagnoli polynomial. GCS composes
+// objects server-side; this lets the final compose carry the expected
+// checksum of the whole without reading the data a second time.
+func crc32cCombine(crc1, crc2 uint32, len2 int64) uint32 {
+	if len2 <= 0 {
+		return crc1
+	}
+	var even, odd [32]uint32 // operators for 2^k zero bits
+	odd[0] = 0x82f63b78      // reflected Castagnoli polynomial
+	row := uint32(1)
+	for n := 1; n < 32; n++ {
+		odd[n] = row
+		row <<= 1
+	}
+	gf2Square(&even, &odd) // two zero bits
+	gf2Square(&odd, &even) // four zero bits
+	// Apply len2 zero bytes to crc1: the first square gives one zero byte.
+	for {
+		gf2Square(&even, &odd)
+		if len2&1 != 0 {
+			crc1 = gf2Times(&even, crc1)
+		}
+		len2 >>= 1
+		if len2 == 0 {
+			break
+		}
+		gf2Square(&odd, &even)
+		if len2&1 != 0 {
+			crc1 = gf2Times(&odd, crc1)
+		}
+		len2 >>= 1
+		if len2 == 0 {
+			break
+		}
+	}
+	return crc1 ^ crc2
+}
+
+func gf2Times(mat *[32]uint32, vec uint32) uint32 {
+	var sum uint32
+	for i := 0; vec != 0; i, vec = i+1, vec>>1 {
+		if vec&1 != 0 {
+			sum ^= mat[i]
+		}
+	}
+	return sum
+}
+
+func gf2Square(square, mat *[32]uint32) {
+	for n := range 32 {
+		square[n] = gf2Times(mat, mat[n])
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package gcsstore_test
+
+const raceEnabled = false
