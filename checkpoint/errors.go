@@ -60,6 +60,7 @@ type CorruptError struct {
 	Err error
 }
 
+// Error describes the corruption.
 func (e *CorruptError) Error() string {
 	what := "manifest"
 	if e.Part != "" {
@@ -88,6 +89,7 @@ type SaveError struct {
 	Err  error
 }
 
+// Error describes the failed save.
 func (e *SaveError) Error() string {
 	if e.Part != "" {
 		return fmt.Sprintf("checkpoint: save step %d: part %q: %v", e.Step, e.Part, e.Err)

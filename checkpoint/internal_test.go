@@ -106,3 +106,24 @@ func TestStepDir(t *testing.T) {
 		}
 	}
 }
+
+func TestBufferFill(t *testing.T) {
+	for _, n := range []int{0, 1, chunkSize - 1, chunkSize, 2 * chunkSize, 5*chunkSize + 3, 9 * chunkSize} {
+		for _, workers := range []int{1, 2, 3, 8} {
+			p := make([]byte, n)
+			for i := range p {
+				p[i] = byte(i*31 + i>>13)
+			}
+			b := &buffer{pool: &chunkPool{retain: -1}}
+			b.fill(p, workers)
+			got := make([]byte, n+1)
+			k, err := b.ReadAt(got, 0)
+			if k != n || err != io.EOF || !bytes.Equal(got[:k], p) || b.Size() != int64(n) {
+				t.Fatalf("fill(%d bytes, %d workers): read back %d bytes, %v, size %d", n, workers, k, err, b.Size())
+			}
+			if want := (n + chunkSize - 1) / chunkSize; len(b.chunks) != want {
+				t.Fatalf("fill(%d bytes): %d chunks, want %d", n, len(b.chunks), want)
+			}
+		}
+	}
+}

@@ -26,6 +26,7 @@ const (
 	StatusCorrupt
 )
 
+// String returns "valid", "incomplete" or "corrupt".
 func (s Status) String() string {
 	switch s {
 	case StatusValid:

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,6 +52,7 @@ const (
 	BusyCancel
 )
 
+// String returns "wait", "skip", "replace" or "cancel".
 func (p BusyPolicy) String() string {
 	switch p {
 	case BusyWait:
@@ -139,6 +141,7 @@ const (
 	EventFailed
 )
 
+// String returns "started", "committed" or "failed".
 func (k EventKind) String() string {
 	switch k {
 	case EventStarted:
@@ -168,11 +171,15 @@ type Event struct {
 // Op is the kind of transfer a [Progress] reports.
 type Op int
 
+// The transfers.
 const (
+	// OpSave is an upload.
 	OpSave Op = iota + 1
+	// OpRestore is a download: Latest, Load, RestoreTo, Verify.
 	OpRestore
 )
 
+// String returns "save" or "restore".
 func (o Op) String() string {
 	switch o {
 	case OpSave:
@@ -512,7 +519,7 @@ func (m *Manager) capturePart(ctx context.Context, p Part) (source, error) {
 	switch p.kind {
 	case partBytes:
 		b := &buffer{pool: m.pool}
-		b.Write(p.data)
+		b.fill(p.data, runtime.GOMAXPROCS(0))
 		return b, nil
 	case partWriter:
 		b := &buffer{pool: m.pool}

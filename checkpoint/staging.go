@@ -85,6 +85,32 @@ func (b *buffer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// fill copies p into an empty buffer, with up to workers goroutines for
+// large p: the caller is blocked during the capture anyway, and on most
+// machines one core cannot use the whole memory bandwidth.
+func (b *buffer) fill(p []byte, workers int) {
+	n := (len(p) + chunkSize - 1) / chunkSize
+	workers = min(workers, n/2) // at least two chunks per goroutine
+	if workers < 2 {
+		b.Write(p)
+		return
+	}
+	for range n {
+		b.chunks = append(b.chunks, b.pool.get())
+	}
+	var wg sync.WaitGroup
+	per := (n + workers - 1) / workers
+	for first := 0; first < n; first += per {
+		wg.Go(func() {
+			for i := first; i < min(first+per, n); i++ {
+				copy(b.chunks[i], p[i*chunkSize:])
+			}
+		})
+	}
+	wg.Wait()
+	b.size = int64(len(p))
+}
+
 func (b *buffer) Size() int64 { return b.size }
 
 func (b *buffer) ReadAt(p []byte, off int64) (int, error) {
