@@ -82,8 +82,29 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 }
 
 // inventory lists the step directories under prefix (m.root or one step's
-// directory) and classifies them.
+// directory) and classifies them all (one manifest read per committed
+// step).
 func (m *Manager) inventory(ctx context.Context, prefix string) ([]*entry, error) {
+	ents, err := m.scan(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	err = forEach(ctx, len(ents), m.opts.Concurrency, func(ctx context.Context, i int) error {
+		if ents[i].manifestKey == "" {
+			return nil
+		}
+		return m.classify(ctx, ents[i])
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ents, nil
+}
+
+// scan lists the step directories under prefix, sorted by step, without
+// reading anything: steps without a manifest are StatusIncomplete, the
+// others have no status until classify reads their manifest.
+func (m *Manager) scan(ctx context.Context, prefix string) ([]*entry, error) {
 	var objs []ObjectInfo
 	err := m.retry(ctx, "list "+prefix, func() (err error) {
 		objs, err = m.store.List(ctx, prefix)
@@ -125,11 +146,10 @@ func (m *Manager) inventory(ctx context.Context, prefix string) ([]*entry, error
 		ents = append(ents, e)
 	}
 	slices.SortFunc(ents, func(a, b *entry) int { return compareInt(a.Step, b.Step) })
-	err = forEach(ctx, len(ents), m.opts.Concurrency, func(ctx context.Context, i int) error {
-		return m.classify(ctx, ents[i])
-	})
-	if err != nil {
-		return nil, err
+	for _, e := range ents {
+		if e.manifestKey == "" {
+			e.setIncomplete()
+		}
 	}
 	return ents, nil
 }
@@ -147,26 +167,17 @@ func compareInt(a, b int64) int {
 // classify reads the entry's manifest and sets its status. Only store
 // errors are returned; corruption is recorded in the entry.
 func (m *Manager) classify(ctx context.Context, e *entry) error {
-	incomplete := func() error {
-		e.Status = StatusIncomplete
-		e.Parts = len(e.objects)
-		for _, o := range e.objects {
-			e.Bytes += o.Size
-			if o.Modified.After(e.Created) {
-				e.Created = o.Modified
-			}
-		}
-		return nil
-	}
 	if e.manifestKey == "" {
-		return incomplete()
+		e.setIncomplete()
+		return nil
 	}
 	data, err := m.readSmall(ctx, e.manifestKey)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		// Deleted since the listing (retention by another process).
 		e.manifestKey = ""
-		return incomplete()
+		e.setIncomplete()
+		return nil
 	case err != nil:
 		return fmt.Errorf("checkpoint: step %d: read manifest: %w", e.Step, err)
 	}
@@ -195,6 +206,18 @@ func (m *Manager) classify(ctx context.Context, e *entry) error {
 		break
 	}
 	return nil
+}
+
+func (e *entry) setIncomplete() {
+	e.Status = StatusIncomplete
+	e.Parts = len(e.objects)
+	e.Bytes = 0
+	for _, o := range e.objects {
+		e.Bytes += o.Size
+		if o.Modified.After(e.Created) {
+			e.Created = o.Modified
+		}
+	}
 }
 
 // Verify checks one committed checkpoint completely: manifest, presence,
@@ -261,9 +284,23 @@ func (m *Manager) Prune(ctx context.Context, keep int) ([]int64, error) {
 }
 
 func (m *Manager) prune(ctx context.Context, keep int, exclude []int64) ([]int64, error) {
-	ents, err := m.inventory(ctx, m.root)
+	ents, err := m.scan(ctx, m.root)
 	if err != nil {
 		return nil, err
+	}
+	// Read manifests newest first until keep valid checkpoints are found:
+	// whatever is older goes (milestones apart) without being read.
+	found := 0
+	for i := len(ents) - 1; i >= 0 && found < keep; i-- {
+		if ents[i].manifestKey == "" {
+			continue
+		}
+		if err := m.classify(ctx, ents[i]); err != nil {
+			return nil, err
+		}
+		if ents[i].Status == StatusValid {
+			found++
+		}
 	}
 	var deleted []int64
 	var errs []error
@@ -273,12 +310,18 @@ func (m *Manager) prune(ctx context.Context, keep int, exclude []int64) ([]int64
 			continue
 		}
 		deleted = append(deleted, e.Step)
-		m.log.Info("checkpoint deleted", "ckpt.step", e.Step, "status", e.Status.String(), "bytes", e.Bytes)
+		status := "committed"
+		if e.Status != 0 {
+			status = e.Status.String()
+		}
+		m.log.Info("checkpoint deleted", "ckpt.step", e.Step, "status", status)
 	}
 	return deleted, errors.Join(errs...)
 }
 
-// retentionPlan picks the entries to delete; ents are sorted by step.
+// retentionPlan picks the entries to delete. ents are sorted by step; the
+// newest committed ones are classified, at least up to the keep-th valid
+// one.
 func retentionPlan(ents []*entry, keep int, every int64, exclude []int64) []*entry {
 	var valid []int64 // newest first
 	for i := len(ents) - 1; i >= 0; i-- {
@@ -291,23 +334,19 @@ func retentionPlan(ents []*entry, keep int, every int64, exclude []int64) []*ent
 	}
 	newest := valid[0]
 	cutoff := int64(-1) // committed steps below it go
-	if len(valid) > keep {
+	if len(valid) >= keep {
 		cutoff = valid[keep-1]
 	}
 	var del []*entry
 	for _, e := range ents {
-		if slices.Contains(exclude, e.Step) {
-			continue
-		}
-		switch e.Status {
-		case StatusIncomplete:
+		switch {
+		case slices.Contains(exclude, e.Step):
+		case e.manifestKey == "":
 			if e.Step < newest {
 				del = append(del, e)
 			}
-		default:
-			if e.Step < cutoff && !(every > 0 && e.Step%every == 0) {
-				del = append(del, e)
-			}
+		case e.Step < cutoff && !(every > 0 && e.Step%every == 0):
+			del = append(del, e)
 		}
 	}
 	return del

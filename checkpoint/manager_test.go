@@ -859,3 +859,25 @@ func TestStagingReused(t *testing.T) {
 	save(t, ctx, some, 1, checkpoint.Bytes("a", data))
 	assert.Equal(t, 1, checkpoint.PoolChunks(some))
 }
+
+// TestReadsOnlyNeededManifests: restore and retention read manifests from
+// the newest down only as far as they need, not one per stored step.
+func TestReadsOnlyNeededManifests(t *testing.T) {
+	ctx := testCtx(t)
+	faulty := storetest.NewFaulty(memstore.New())
+	m := newManager(t, faulty, &checkpoint.ManagerOptions{Keep: 2, KeepEvery: 1})
+	for step := range int64(12) {
+		save(t, ctx, m, step, checkpoint.Bytes("a", []byte{byte(step)}))
+	}
+	require.Len(t, statuses(t, ctx, m), 12, "KeepEvery 1 keeps every step")
+	gets := faulty.Calls(storetest.OpGet)
+	cp, err := m.Latest(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(11), cp.Step)
+	assert.Equal(t, 2, faulty.Calls(storetest.OpGet)-gets, "Latest: one manifest and one part")
+
+	gets = faulty.Calls(storetest.OpGet)
+	_, err = m.Prune(ctx, 2)
+	require.NoError(t, err)
+	assert.Equal(t, 2, faulty.Calls(storetest.OpGet)-gets, "Prune(2): the two newest manifests")
+}

@@ -116,15 +116,21 @@ func (m *Manager) load(ctx context.Context, e *entry) (*Checkpoint, error) {
 // succeeds; corruption moves on to the previous checkpoint, any other
 // error stops.
 func (m *Manager) newestValid(ctx context.Context, try func(context.Context, *entry) error) error {
-	ents, err := m.inventory(ctx, m.root)
+	ents, err := m.scan(ctx, m.root)
 	if err != nil {
 		return err
 	}
 	var skipped []error
 	for i := len(ents) - 1; i >= 0; i-- {
 		e := ents[i]
-		if e.Status == StatusIncomplete {
+		if e.manifestKey == "" {
 			continue
+		}
+		if err := m.classify(ctx, e); err != nil {
+			return err
+		}
+		if e.Status == StatusIncomplete {
+			continue // its manifest went away since the listing
 		}
 		err := e.Err
 		if err == nil {
