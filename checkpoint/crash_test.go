@@ -119,9 +119,13 @@ func TestCrashSafety(t *testing.T) {
 		var mu sync.Mutex
 		lastLine := ""
 		var wg sync.WaitGroup
+		firstLine := make(chan struct{})
 		wg.Go(func() {
 			sc := bufio.NewScanner(out)
-			for sc.Scan() {
+			for n := 0; sc.Scan(); n++ {
+				if n == 0 {
+					close(firstLine)
+				}
 				line := sc.Text()
 				f := strings.Fields(line)
 				mu.Lock()
@@ -138,7 +142,13 @@ func TestCrashSafety(t *testing.T) {
 				mu.Unlock()
 			}
 		})
-		time.Sleep(time.Duration(20+r.IntN(400)) * time.Millisecond)
+		// Kill at a random moment of the save loop (or of its start, on a
+		// machine so slow that the first save takes longer than that).
+		select {
+		case <-firstLine:
+		case <-time.After(10 * time.Second):
+		}
+		time.Sleep(time.Duration(r.IntN(350)) * time.Millisecond)
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		wg.Wait()
 		err = cmd.Wait()

@@ -143,7 +143,7 @@ func TestPartKindsAndCaptureIsolation(t *testing.T) {
 	ctx := testCtx(t)
 	// Every Put waits a while, so that the caller's changes after Save
 	// returns happen before the upload reads anything.
-	faulty := storetest.NewFaulty(memstore.New(), storetest.Slow(storetest.OpPut, 0, 100*time.Millisecond))
+	faulty := storetest.NewFaulty(memstore.New(), storetest.Slow(storetest.OpPut, 0, 300*time.Millisecond))
 	m := newManager(t, faulty, &checkpoint.ManagerOptions{StagingDir: t.TempDir()})
 
 	buf := payload(1, 9<<20+5) // spans several staging chunks
@@ -323,7 +323,7 @@ func TestBusyWait(t *testing.T) {
 func TestBusyReplace(t *testing.T) {
 	ctx := testCtx(t)
 	faulty := storetest.NewFaulty(memstore.New())
-	faulty.Inject(storetest.Fault{Kind: storetest.FaultSlow, Ops: storetest.OpPut, KeyPrefix: "000000000001/", Delay: 200 * time.Millisecond})
+	faulty.Inject(storetest.Fault{Kind: storetest.FaultSlow, Ops: storetest.OpPut, KeyPrefix: "000000000001/", Delay: 500 * time.Millisecond})
 	var mu sync.Mutex
 	var events []string
 	m := newManager(t, faulty, &checkpoint.ManagerOptions{Busy: checkpoint.BusyReplace, OnEvent: func(e checkpoint.Event) {
