@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"sync"
 	"time"
@@ -162,49 +161,51 @@ func (u *compositeUpload) uploadParts(ctx context.Context, r io.Reader, size int
 	return pieces, nil
 }
 
-// putPart uploads one part as a temporary object with DoesNotExist and its
-// CRC32C. The part is re-readable, so it goes up in one streaming request
-// (no SDK buffer) and this function retries it as a whole.
+// putPart uploads one part as a temporary object with DoesNotExist. The
+// part is re-readable, so it goes up in one streaming request (no SDK
+// buffer) and this function retries it as a whole. The SDK computes the
+// part's CRC32C as it streams and checks it against the server's; the
+// checked value goes into the CRC the final compose sends.
 func (u *compositeUpload) putPart(ctx context.Context, p *piece, sec *io.SectionReader) error {
-	h := crc32.New(castagnoli)
-	n, err := io.Copy(h, sec)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", p.name, err)
-	}
-	if n != p.size {
-		return fmt.Errorf("read %s: %d bytes, want %d: %w", p.name, n, p.size, io.ErrUnexpectedEOF)
-	}
-	p.crc = h.Sum32()
 	attempt := func() error {
 		if _, err := sec.Seek(0, io.SeekStart); err != nil {
 			return backoff.Permanent(err)
 		}
-		err := u.sendPart(ctx, p, sec)
-		switch {
-		case err == nil:
-			return nil
-		case isPrecondition(err):
-			if u.ours(ctx, p.name) {
-				return nil // an earlier attempt landed
+		attrs, err := u.sendPart(ctx, p, sec)
+		if isPrecondition(err) {
+			// An earlier attempt landed (its answer was lost)?
+			if attrs, aerr := u.s.bucket.Object(p.name).Attrs(ctx); aerr == nil && attrs.Metadata[uploadIDKey] == u.id {
+				return u.accept(p, attrs)
 			}
 			return backoff.Permanent(err)
-		case ctx.Err() != nil:
-			return backoff.Permanent(err)
-		case storage.ShouldRetry(err):
-			return err
-		default:
+		}
+		switch {
+		case err == nil:
+			return u.accept(p, attrs)
+		case ctx.Err() != nil, !storage.ShouldRetry(err):
 			return backoff.Permanent(err)
 		}
+		return err
 	}
 	return backoff.Retry(attempt, backoff.WithContext(u.s.newBackoff(), ctx))
 }
 
-// sendPart sends one attempt. The request can be aborted while its body
-// streams (a truncated body commits nothing), but not once all of it was
-// sent: aborting then would only hide whether the server created the part,
-// and cleanup must know what to delete. So after the body, a cancelled ctx
-// no longer aborts; the answer is awaited for at most RetryTimeout.
-func (u *compositeUpload) sendPart(ctx context.Context, p *piece, r io.Reader) error {
+// accept records an uploaded part's checksum after checking its size.
+func (u *compositeUpload) accept(p *piece, attrs *storage.ObjectAttrs) error {
+	if attrs.Size != p.size {
+		return backoff.Permanent(fmt.Errorf("part %s has %d bytes on the server, want %d", p.name, attrs.Size, p.size))
+	}
+	p.crc = attrs.CRC32C
+	return nil
+}
+
+// sendPart sends one attempt and returns the part's attributes. The
+// request can be aborted while its body streams (a truncated body commits
+// nothing), but not once all of it was sent: aborting then would only hide
+// whether the server created the part, and cleanup must know what to
+// delete. So after the body, a cancelled ctx no longer aborts; the answer
+// is awaited for at most RetryTimeout.
+func (u *compositeUpload) sendPart(ctx context.Context, p *piece, r io.Reader) (*storage.ObjectAttrs, error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var (
@@ -224,12 +225,13 @@ func (u *compositeUpload) sendPart(ctx context.Context, p *piece, r io.Reader) e
 		Retryer(storage.WithPolicy(storage.RetryNever)).NewWriter(wctx)
 	w.ChunkSize = 0
 	w.ContentType = contentType
-	w.CRC32C = p.crc
-	w.SendCRC32C = true
 	w.Metadata = map[string]string{uploadIDKey: u.id}
-	_, err := io.Copy(w, r)
+	n, err := io.Copy(w, r)
 	mu.Lock()
 	sending = false
+	if err == nil && n != p.size {
+		err = backoff.Permanent(fmt.Errorf("read %s: %d bytes, want %d: %w", p.name, n, p.size, io.ErrUnexpectedEOF))
+	}
 	if err == nil && wctx.Err() != nil {
 		err = context.Cause(ctx)
 	}
@@ -237,11 +239,14 @@ func (u *compositeUpload) sendPart(ctx context.Context, p *piece, r io.Reader) e
 	if err != nil {
 		cancel()
 		_ = w.Close()
-		return err
+		return nil, err
 	}
 	t := time.AfterFunc(u.s.retryFor, cancel)
 	defer t.Stop()
-	return w.Close()
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return w.Attrs(), nil
 }
 
 // composeLevel composes pieces in groups of 32 into intermediate

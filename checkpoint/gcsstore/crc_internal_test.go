@@ -6,6 +6,8 @@ import (
 	"testing"
 )
 
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 func TestCRC32CCombine(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	buf := make([]byte, 3<<20)

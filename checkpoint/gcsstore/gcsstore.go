@@ -29,7 +29,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"net/http"
@@ -394,21 +393,6 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, size int64, if
 func (s *Store) putSingle(ctx context.Context, key string, r io.Reader, size int64, ifAbsent bool) error {
 	name := s.prefix + key
 	rw := newRewinder(r)
-	var crc *uint32
-	if rw != nil {
-		// One extra pass (cheap on memory, page cache for files) lets the
-		// server check the bytes against the checksum we computed on the
-		// caller's data, before anything is finalized.
-		c, n, err := rw.checksum()
-		if err != nil {
-			return fmt.Errorf("gcsstore: put %s: %w", key, err)
-		}
-		if size >= 0 && n != size {
-			return fmt.Errorf("gcsstore: put %s: reader has %d bytes, want %d: %w", key, n, size, io.ErrUnexpectedEOF)
-		}
-		size = n
-		crc = &c
-	}
 	// gen 0 means DoesNotExist. An overwrite needs the current generation:
 	// guess "absent" first when resending is cheap (rewindable and small),
 	// else read the generation first so that a big upload is sent once.
@@ -423,7 +407,7 @@ func (s *Store) putSingle(ctx context.Context, key string, r io.Reader, size int
 	}
 	id := newID()
 	for {
-		err := s.upload(ctx, name, r, size, crc, gen, id)
+		err := s.upload(ctx, name, r, size, gen, id)
 		if err == nil {
 			return nil
 		}
@@ -469,9 +453,9 @@ func (s *Store) settle412(ctx context.Context, key, id string, ifAbsent, guessed
 }
 
 // upload sends r through one Writer with the precondition gen (0:
-// DoesNotExist). On a read error, a size mismatch or a cancelled ctx, the
+// DoesNotExist) and the upload id in the object's metadata. On a read error, a size mismatch or a cancelled ctx, the
 // writer's context is cancelled before Close, so nothing is finalized.
-func (s *Store) upload(ctx context.Context, name string, r io.Reader, size int64, crc *uint32, gen int64, id string) error {
+func (s *Store) upload(ctx context.Context, name string, r io.Reader, size int64, gen int64, id string) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	budget := newRetryBudget(s.retryFor)
@@ -486,10 +470,10 @@ func (s *Store) upload(ctx context.Context, name string, r io.Reader, size int64
 		w.ChunkSize = roundUp(int(size)+1, chunkAlign)
 	}
 	w.ChunkRetryDeadline = s.retryFor
-	if crc != nil {
-		w.CRC32C = *crc
-		w.SendCRC32C = true
-	}
+	// The SDK computes the CRC32C of the bytes as it reads them (one pass)
+	// and sends it with the finalizing request: in the object's metadata
+	// for a single request, as X-Goog-Hash on the last chunk of a resumable
+	// upload. GCS refuses to create the object if the bytes differ.
 	src := r
 	if size >= 0 {
 		src = io.LimitReader(r, size+1)
@@ -602,22 +586,6 @@ func (rw *rewinder) rewind() error {
 	}
 	return nil
 }
-
-// checksum reads the rest of the reader once for its CRC32C and length, and
-// rewinds it.
-func (rw *rewinder) checksum() (uint32, int64, error) {
-	h := crc32.New(castagnoli)
-	n, err := io.Copy(h, rw.r)
-	if err != nil {
-		return 0, 0, fmt.Errorf("read for checksum: %w", err)
-	}
-	if err := rw.rewind(); err != nil {
-		return 0, 0, err
-	}
-	return h.Sum32(), n, nil
-}
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // checkKey validates key and that the object name stays within GCS's
 // 1024-byte limit.

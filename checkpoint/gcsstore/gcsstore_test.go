@@ -3,8 +3,12 @@ package gcsstore_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -241,72 +245,92 @@ func TestPreconditionsOnEveryWrite(t *testing.T) {
 	assert.Positive(t, parts, "composite uploads sent parts")
 }
 
-// corrupting returns the original bytes on the first read of any region and
-// flipped bytes when it is read again, like a buffer modified while it is
-// being uploaded.
-type corrupting struct {
-	mu   sync.Mutex
-	r    *bytes.Reader
-	pass int
-	seen map[int64]bool
+// flipAt flips the byte at offset at of a request body, as a bad NIC or
+// proxy would.
+type flipAt struct {
+	io.ReadCloser
+	at, off int64
 }
 
-func newCorrupting(b []byte) *corrupting {
-	return &corrupting{r: bytes.NewReader(b), seen: map[int64]bool{}}
-}
-
-func (c *corrupting) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n, err := c.r.Read(p)
-	if c.pass > 0 && n > 0 {
-		p[0] ^= 0xff
+func (f *flipAt) Read(p []byte) (int, error) {
+	n, err := f.ReadCloser.Read(p)
+	if f.at >= f.off && f.at < f.off+int64(n) {
+		p[f.at-f.off] ^= 0xff
 	}
+	f.off += int64(n)
 	return n, err
 }
 
-func (c *corrupting) Seek(off int64, whence int) (int64, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if whence == io.SeekStart {
-		c.pass++
-	}
-	return c.r.Seek(off, whence)
-}
-
-func (c *corrupting) ReadAt(p []byte, off int64) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n, err := c.r.ReadAt(p, off)
-	if c.seen[off] && n > 0 {
-		p[0] ^= 0xff
-	}
-	c.seen[off] = true
-	return n, err
-}
-
-// The CRC32C computed over the caller's bytes travels with the upload; the
-// server refuses bytes that do not match it and nothing is created.
-func TestCRC32CRejectsCorruption(t *testing.T) {
-	// The fake checks a declared CRC32C on single-request uploads (and
-	// composite parts are single requests); it forgets it between the
-	// chunks of a resumable upload, so that path is not covered here.
-	for _, n := range []int{1000, 3 << 20} {
+// Bytes corrupted on the way to the server never become the object: a
+// single-request upload carries the CRC32C in its metadata and the server
+// refuses it; a composite part is checked against the CRC32C the server
+// computed, and the compose carries the CRC32C of the whole.
+func TestCorruptionInTransit(t *testing.T) {
+	for _, n := range []int{20_000, 3 << 20} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			f := newFake(t, netsim.Options{})
 			s := f.store(t, small())
-			err := s.Put(context.Background(), "c", newCorrupting(data(3, n)), int64(n))
+			var once atomic.Bool
+			f.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+				if isUpload(r) && !once.Swap(true) {
+					r.Body = &flipAt{ReadCloser: r.Body, at: 10_000} // past the JSON metadata part
+				}
+				return false
+			})
+			err := s.Put(context.Background(), "c", bytes.NewReader(data(3, n)), int64(n))
 			require.Error(t, err)
-			var ge *googleapi.Error
-			if assert.ErrorAs(t, err, &ge) {
-				assert.Equal(t, http.StatusBadRequest, ge.Code)
+			assert.True(t, once.Load())
+			if n < 1<<20 {
+				var ge *googleapi.Error
+				if assert.ErrorAs(t, err, &ge, "the server refuses the upload") {
+					assert.Equal(t, http.StatusBadRequest, ge.Code)
+				}
 			}
-			assert.Contains(t, err.Error(), "CRC32C")
+			assert.Regexp(t, `(?i)crc32c|checksum`, err.Error())
 			_, err = s.Get(context.Background(), "c")
 			assert.ErrorIs(t, err, fs.ErrNotExist)
 			f.assertNoTemporaries(t)
 		})
 	}
+}
+
+// The checksums that make GCS refuse corrupted data are on the wire: on
+// the last chunk of a resumable upload (X-Goog-Hash; the fake does not
+// check it) and in the destination of a compose.
+func TestCRC32COnTheWire(t *testing.T) {
+	f := newFake(t, netsim.Options{})
+	s := f.store(t, small())
+	var (
+		mu     sync.Mutex
+		hashes []string
+		crcs   []string
+	)
+	f.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if h := r.Header.Get("X-Goog-Hash"); isUpload(r) && h != "" {
+			hashes = append(hashes, h)
+		}
+		if _, ok := composeTarget(r); ok {
+			body, err := io.ReadAll(r.Body)
+			assert.NoError(t, err)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var req struct{ Destination struct{ Crc32c string } }
+			assert.NoError(t, json.Unmarshal(body, &req))
+			crcs = append(crcs, req.Destination.Crc32c)
+		}
+		return false
+	})
+	crc := func(b []byte) string {
+		return base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli))))
+	}
+	resumable, composite := data(30, 700<<10), data(31, 2<<20)
+	require.NoError(t, s.Put(context.Background(), "r", stream{bytes.NewReader(resumable)}, -1))
+	require.NoError(t, s.Put(context.Background(), "c", bytes.NewReader(composite), int64(len(composite))))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"crc32c=" + crc(resumable)}, hashes)
+	assert.Equal(t, []string{crc(composite)}, crcs)
 }
 
 // blocking yields n bytes of b, then blocks until release is closed and
