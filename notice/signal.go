@@ -126,23 +126,3 @@ func (s *SignalSource) snapshot() []Notice {
 	}
 	return append([]Notice(nil), s.received...)
 }
-
-func signalName(sig os.Signal) string {
-	if ss, ok := sig.(syscall.Signal); ok {
-		switch ss {
-		case syscall.SIGTERM:
-			return "SIGTERM"
-		case syscall.SIGINT:
-			return "SIGINT"
-		case syscall.SIGUSR1:
-			return "SIGUSR1"
-		case syscall.SIGUSR2:
-			return "SIGUSR2"
-		case syscall.SIGHUP:
-			return "SIGHUP"
-		case syscall.SIGQUIT:
-			return "SIGQUIT"
-		}
-	}
-	return sig.String()
-}
