@@ -20,8 +20,11 @@ import (
 const uploadIDKey = "spotsafe-upload"
 
 // cleanupTimeout bounds the deletion of temporaries after a parallel
-// upload; it runs even when the Put's ctx was cancelled.
-const cleanupTimeout = time.Minute
+// upload. It runs even when the Put's ctx was cancelled, so it must be
+// short: a Put that failed (the server may be unreachable) or was
+// cancelled (an emergency save ran out of time) returns at most this much
+// later. What it leaves, Sweep or a lifecycle rule removes.
+const cleanupTimeout = 10 * time.Second
 
 // compositeUpload is one parallel composite upload: parts go up as
 // temporary objects under base, are composed (in a tree when there are more
@@ -42,10 +45,10 @@ type piece struct {
 	crc  uint32
 }
 
-func (s *Store) putComposite(ctx context.Context, key string, r io.Reader, size int64, ifAbsent bool) error {
+func (s *Store) putComposite(ctx context.Context, key string, r io.Reader, size int64, ifAbsent bool) (err error) {
 	id := newID()
 	u := &compositeUpload{s: s, id: id, base: s.tmpPrefix + id + "/"}
-	defer u.cleanup(ctx)
+	defer func() { u.cleanup(ctx, err == nil) }()
 
 	pieces, err := u.uploadParts(ctx, r, size)
 	if err != nil {
@@ -59,9 +62,13 @@ func (s *Store) putComposite(ctx context.Context, key string, r io.Reader, size 
 	total := combined(pieces)
 
 	name := s.prefix + key
-	// Guess "absent" first: the parts are up, composing again is cheap.
+	// Guess the generation (the one this Store last wrote, else absent):
+	// the parts are up, composing again is cheap.
 	var gen int64
 	guessed := !ifAbsent
+	if guessed {
+		gen = s.gens.get(name)
+	}
 	for {
 		attrs, err := u.compose(ctx, name, pieces, total, gen)
 		if err == nil {
@@ -72,6 +79,7 @@ func (s *Store) putComposite(ctx context.Context, key string, r io.Reader, size 
 				return fmt.Errorf("gcsstore: put %s: composed object has size %d crc32c %08x, want %d %08x (removed: %v)",
 					key, attrs.Size, attrs.CRC32C, total.size, total.crc, derr == nil)
 			}
+			s.gens.set(name, attrs.Generation)
 			return nil
 		}
 		if !isPrecondition(err) {
@@ -306,15 +314,21 @@ func (u *compositeUpload) track(name string) {
 // cleanup deletes every temporary this upload may have created, also when
 // ctx was cancelled (a bounded, detached context), so that a failed Put
 // leaves nothing behind unless the process dies; Sweep handles that.
-func (u *compositeUpload) cleanup(ctx context.Context) {
+func (u *compositeUpload) cleanup(ctx context.Context, healthy bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	// After a success the server is reachable and a delete worth
+	// retrying (a 404 on a retry means it is gone); after a failure one
+	// attempt each, so as not to wait on a server that is down.
+	policy := storage.RetryNever
+	if healthy {
+		policy = storage.RetryAlways
+	}
 	var g errgroup.Group
 	g.SetLimit(u.s.concurrency)
 	for _, name := range u.temps {
 		g.Go(func() error {
-			// Retrying a delete is safe here: a 404 means it is gone.
-			err := u.s.bucket.Object(name).Retryer(storage.WithPolicy(storage.RetryAlways)).Delete(ctx)
+			err := u.s.bucket.Object(name).Retryer(storage.WithPolicy(policy)).Delete(ctx)
 			if err != nil && !errors.Is(err, storage.ErrObjectNotExist) {
 				u.s.log.Warn("gcsstore: temporary part not deleted; Sweep removes it later",
 					"bucket", u.s.bucketName, "object", name, "err", err)

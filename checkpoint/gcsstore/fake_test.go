@@ -118,6 +118,11 @@ func (f *fakeGCS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h := f.hook.Load(); h != nil && (*h)(w, r) {
 		return
 	}
+	f.serve(w, r)
+}
+
+// serve is ServeHTTP without the hook.
+func (f *fakeGCS) serve(w http.ResponseWriter, r *http.Request) {
 	if obj, ok := composeTarget(r); ok {
 		f.composeMu.Lock()
 		defer f.composeMu.Unlock()
@@ -221,4 +226,14 @@ func (c countingBody) Read(p []byte) (int, error) {
 		c.once.Do(func() { close(c.reached) })
 	}
 	return k, err
+}
+
+// unavailable answers 503 after reading the request, as a server does that
+// fails after receiving a request. (Answering before the body is read lets
+// net/http keep sending the body after the response, while the SDK already
+// reuses that buffer for its retry: a data race inside the SDK that -race
+// reports.)
+func unavailable(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.WriteHeader(http.StatusServiceUnavailable)
 }

@@ -62,6 +62,7 @@ type Store struct {
 	retryFor    time.Duration
 	backoff     gax.Backoff
 	log         *slog.Logger
+	gens        genCache
 }
 
 var (
@@ -330,7 +331,11 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := s.checkKey(key); err != nil {
 		return err
 	}
-	if err := s.bucket.Object(s.prefix + key).Delete(ctx); err != nil {
+	err := s.bucket.Object(s.prefix + key).Delete(ctx)
+	if err == nil || errors.Is(err, storage.ErrObjectNotExist) {
+		s.gens.drop(s.prefix + key)
+	}
+	if err != nil {
 		return s.mapErr("delete", key, err)
 	}
 	return nil
@@ -393,12 +398,18 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, size int64, if
 func (s *Store) putSingle(ctx context.Context, key string, r io.Reader, size int64, ifAbsent bool) error {
 	name := s.prefix + key
 	rw := newRewinder(r)
-	// gen 0 means DoesNotExist. An overwrite needs the current generation:
-	// guess "absent" first when resending is cheap (rewindable and small),
-	// else read the generation first so that a big upload is sent once.
+	// gen 0 means DoesNotExist. An overwrite needs the current generation.
+	// When resending is cheap (rewindable and small), guess it: the
+	// generation this Store last wrote, else "absent" (checkpoint keys are
+	// fresh); a wrong guess costs one refused attempt. Otherwise read it
+	// first, so that a big or one-shot upload is sent once.
 	var gen int64
-	guessed := !ifAbsent && rw != nil && size >= 0 && size <= int64(s.chunkSize)
-	if !ifAbsent && !guessed {
+	guessed := false
+	switch {
+	case ifAbsent:
+	case rw != nil && size >= 0 && size <= int64(s.chunkSize):
+		gen, guessed = s.gens.get(name), true
+	default:
 		g, err := s.generation(ctx, name)
 		if err != nil {
 			return s.mapErr("put", key, err)
@@ -407,8 +418,9 @@ func (s *Store) putSingle(ctx context.Context, key string, r io.Reader, size int
 	}
 	id := newID()
 	for {
-		err := s.upload(ctx, name, r, size, gen, id)
+		g, err := s.upload(ctx, name, r, size, gen, id)
 		if err == nil {
+			s.gens.set(name, g)
 			return nil
 		}
 		if !isPrecondition(err) {
@@ -435,13 +447,16 @@ func (s *Store) putSingle(ctx context.Context, key string, r io.Reader, size int
 // fs.ErrExist. Otherwise, after a guessed "absent" precondition, gen is the
 // generation to retry with.
 func (s *Store) settle412(ctx context.Context, key, id string, ifAbsent, guessed bool, cause error) (done bool, gen int64, err error) {
-	cur, aerr := s.bucket.Object(s.prefix + key).Attrs(ctx)
+	name := s.prefix + key
+	cur, aerr := s.bucket.Object(name).Attrs(ctx)
 	switch {
 	case aerr == nil && cur.Metadata[uploadIDKey] == id:
+		s.gens.set(name, cur.Generation)
 		return true, 0, nil
 	case ifAbsent:
 		return false, 0, checkpoint.Exists(key, cause)
 	case !guessed:
+		s.gens.drop(name)
 		s.log.Debug("gcsstore: put superseded by a concurrent writer", "bucket", s.bucketName, "key", key)
 		return true, 0, nil
 	case errors.Is(aerr, storage.ErrObjectNotExist):
@@ -455,7 +470,7 @@ func (s *Store) settle412(ctx context.Context, key, id string, ifAbsent, guessed
 // upload sends r through one Writer with the precondition gen (0:
 // DoesNotExist) and the upload id in the object's metadata. On a read error, a size mismatch or a cancelled ctx, the
 // writer's context is cancelled before Close, so nothing is finalized.
-func (s *Store) upload(ctx context.Context, name string, r io.Reader, size int64, gen int64, id string) error {
+func (s *Store) upload(ctx context.Context, name string, r io.Reader, size int64, gen int64, id string) (int64, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	budget := newRetryBudget(s.retryFor)
@@ -488,9 +503,12 @@ func (s *Store) upload(ctx context.Context, name string, r io.Reader, size int64
 	if err != nil {
 		cancel()
 		_ = w.Close() // reports the cancellation; nothing was finalized
-		return err
+		return 0, err
 	}
-	return w.Close()
+	if err := w.Close(); err != nil {
+		return 0, err
+	}
+	return w.Attrs().Generation, nil
 }
 
 // writeHandle returns a handle for a conditional write: DoesNotExist for gen
@@ -559,6 +577,44 @@ func (s *Store) mapErr(op, key string, err error) error {
 func isPrecondition(err error) bool {
 	var ge *googleapi.Error
 	return errors.As(err, &ge) && ge.Code == http.StatusPreconditionFailed
+}
+
+// genCache remembers the generation of the objects this Store wrote, so
+// that rewriting one needs no metadata request first. It is bounded; a
+// stale entry (another writer changed the object) costs one refused
+// attempt.
+type genCache struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+const maxCachedGens = 4096
+
+func (c *genCache) get(name string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[name]
+}
+
+func (c *genCache) set(name string, gen int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[string]int64)
+	}
+	if _, ok := c.m[name]; !ok && len(c.m) >= maxCachedGens {
+		for k := range c.m { // evict an arbitrary entry
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[name] = gen
+}
+
+func (c *genCache) drop(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, name)
 }
 
 // rewinder re-reads a seekable reader from where it started.

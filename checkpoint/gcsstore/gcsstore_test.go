@@ -604,7 +604,7 @@ func TestRetriesTransientErrors(t *testing.T) {
 			f.setHook(func(w http.ResponseWriter, r *http.Request) bool {
 				_, compose := composeTarget(r)
 				if (isUpload(r) || compose) && failed.Add(1)%2 == 1 { // every other write request
-					w.WriteHeader(http.StatusServiceUnavailable)
+					unavailable(w, r)
 					return true
 				}
 				return false
@@ -643,7 +643,7 @@ func TestLostResponseIsNotAConflict(t *testing.T) {
 					return false
 				}
 				rec := httptest.NewRecorder()
-				f.ServeHTTP(rec, r) // commits (the hook has fired already)
+				f.serve(rec, r) // commits
 				require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 				w.WriteHeader(http.StatusServiceUnavailable)
 				return true
@@ -663,7 +663,7 @@ func TestRetryDeadline(t *testing.T) {
 	f.setHook(func(w http.ResponseWriter, r *http.Request) bool {
 		_, compose := composeTarget(r)
 		if isUpload(r) || compose {
-			w.WriteHeader(http.StatusServiceUnavailable)
+			unavailable(w, r)
 			return true
 		}
 		return false
@@ -780,6 +780,27 @@ func TestConcurrentWriters(t *testing.T) {
 				}
 			}
 			assert.Equal(t, 1, winners)
+			f.assertNoTemporaries(t)
+		})
+	}
+}
+
+// A Store remembers the generations it wrote; when another writer changed
+// the object since, the remembered one is refused and Put recovers.
+func TestOverwriteAfterAnotherWriter(t *testing.T) {
+	for _, n := range []int{1000, 2 << 20} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			f := newFake(t, netsim.Options{})
+			a, b := f.store(t, small()), f.store(t, small())
+			ctx := context.Background()
+			for i, s := range []*gcsstore.Store{a, b, a, a, b} {
+				want := data(uint64(40+i), n)
+				require.NoError(t, s.Put(ctx, "k", bytes.NewReader(want), int64(n)), "write %d", i)
+				assert.Equal(t, want, get(t, a, "k"), "after write %d", i)
+			}
+			require.NoError(t, b.Delete(ctx, "k"))
+			require.NoError(t, a.Put(ctx, "k", bytes.NewReader(data(50, n)), int64(n)), "after another writer's delete")
+			assert.Equal(t, data(50, n), get(t, b, "k"))
 			f.assertNoTemporaries(t)
 		})
 	}
