@@ -412,15 +412,11 @@ func (r *runner) onNotice(ev notice.Event) {
 	urgent := r.isUrgent(n, time.Now())
 	r.mu.Unlock()
 
-	switch ev.Type {
-	case notice.EventCanceled:
-		r.log.Info("notice canceled", "notice", n, "provider", n.Provider, "notice.kind", n.Kind.String())
+	// The watcher logs the notice itself.
+	if ev.Type == notice.EventCanceled {
 		r.events.emit(Event{Kind: EventNoticeCanceled, Notice: n})
-	default:
-		left := n.Remaining(time.Now())
-		r.log.Warn("interruption notice", "notice", n, "provider", n.Provider, "notice.kind", n.Kind.String(),
-			"notice.deadline", n.Deadline, "urgent", urgent, "remaining", left)
-		r.events.emit(Event{Kind: EventNotice, Notice: n, Urgent: urgent, Remaining: left})
+	} else {
+		r.events.emit(Event{Kind: EventNotice, Notice: n, Urgent: urgent, Remaining: n.Remaining(time.Now())})
 	}
 	r.kick()
 }
