@@ -74,6 +74,18 @@ func (k EventKind) String() string {
 // MarshalText implements encoding.TextMarshaler.
 func (k EventKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
+// UnmarshalText implements encoding.TextUnmarshaler, so that events sent as
+// JSON (to a scheduler, say) decode again.
+func (k *EventKind) UnmarshalText(b []byte) error {
+	for i, name := range eventNames {
+		if name != "" && name == string(b) {
+			*k = EventKind(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("spot: unknown event kind %q", b)
+}
+
 // Reason says why a checkpoint was taken.
 type Reason string
 

@@ -477,3 +477,15 @@ func TestCallerCancel(t *testing.T) {
 	assert.NotErrorIs(t, err, spot.ErrInterrupted)
 	assert.Equal(t, spot.ExitFailed, spot.ExitCode(err))
 }
+
+func TestEventJSON(t *testing.T) {
+	for k := spot.EventRestored; k <= spot.EventFinished; k++ {
+		b, err := k.MarshalText()
+		require.NoError(t, err)
+		var got spot.EventKind
+		require.NoError(t, got.UnmarshalText(b))
+		assert.Equal(t, k, got)
+	}
+	var k spot.EventKind
+	assert.Error(t, k.UnmarshalText([]byte("nonsense")))
+}
