@@ -235,8 +235,13 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader, size i
 	return s.put(ctx, key, r, size, true)
 }
 
-// Get opens the object for reading. The SDK verifies the object's CRC32C
-// at the end of a full read.
+// Get opens the object for reading, as one streaming request: GCS keeps
+// serving the generation it started with even if the object is replaced
+// meanwhile, and the SDK verifies the object's CRC32C at the end of the
+// read. For parallel reads of a large object use GetRange, as the
+// Manager's restore does. (Parallel ranged reads inside Get would have to
+// pin a generation, and a read would then fail when the object is
+// replaced mid-read, instead of returning the old version whole.)
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := s.checkKey(key); err != nil {
 		return nil, err
