@@ -94,7 +94,6 @@ func (j *Job) emergency(ctx context.Context, step int64, n notice.Notice, end ti
 	} else {
 		r.log.Error("interrupted; emergency checkpoint failed", "ckpt.step", ie.Step, "lost_steps", step-max(ie.Step, 0), "err", err)
 	}
-	r.events.emit(Event{Kind: EventInterrupted, Step: ie.Step, Notice: n, Reduced: ie.Reduced, Duration: ie.NoticeToCommit, Err: ie.Err})
 	return ie
 }
 

@@ -232,15 +232,17 @@ func (r *runner) run(ctx context.Context, fn func(ctx context.Context, job *Job)
 	wg.Wait()
 	cancelWork(context.Canceled)
 
-	result, closeCtx, cancelClose := r.outcome(ctx, job, ferr)
+	result, closeCtx, cancelClose, last := r.outcome(ctx, job, ferr)
 	defer cancelClose()
 	closeManager(closeCtx)
+	last()
 	return result
 }
 
-// outcome decides what Run returns once fn has returned, and how long
-// closing the Manager may wait for uploads.
-func (r *runner) outcome(ctx context.Context, job *Job, ferr error) (error, context.Context, context.CancelFunc) {
+// outcome decides what Run returns once fn has returned, how long closing
+// the Manager may wait for uploads, and the last event, emitted once the
+// Manager is closed so that it follows every checkpoint event.
+func (r *runner) outcome(ctx context.Context, job *Job, ferr error) (error, context.Context, context.CancelFunc, func()) {
 	r.mu.Lock()
 	ie, urgent, end := r.interrupted, r.urgent, r.saveEnd
 	committed := r.committed
@@ -260,23 +262,33 @@ func (r *runner) outcome(ctx context.Context, job *Job, ferr error) (error, cont
 	case ie != nil:
 		// The emergency save has ended; nothing else needs to finish.
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		return ie, c, cancel
+		return ie, c, cancel, func() {
+			r.events.emit(Event{Kind: EventInterrupted, Step: ie.Step, Notice: ie.Notice, Reduced: ie.Reduced, Duration: ie.NoticeToCommit, Err: ie.Err})
+		}
 	case urgent != nil && ferr != nil:
 		// A final notice, but the worker returned without a safe point.
 		ie = &InterruptedError{Notice: *urgent, Step: committed, Err: errors.Join(ErrNoSafePoint, ferr)}
 		r.log.Error("interrupted without an emergency checkpoint", "notice", *urgent, "ckpt.step", committed, "err", ferr)
-		r.events.emit(Event{Kind: EventInterrupted, Step: committed, Notice: *urgent, Err: ie.Err})
 		c, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
-		return ie, c, cancel
-	}
-	r.events.emit(Event{Kind: EventFinished, Step: committed, Err: ferr})
-	if ferr != nil {
-		r.log.Error("work failed", "ckpt.step", committed, "lastStep", job.lastStep, "err", ferr)
-	} else {
-		r.log.Info("work finished", "ckpt.step", committed, "lastStep", job.lastStep)
+		return ie, c, cancel, func() {
+			r.mu.Lock()
+			ie.Step = r.committed
+			r.mu.Unlock()
+			r.events.emit(Event{Kind: EventInterrupted, Step: ie.Step, Notice: *urgent, Err: ie.Err})
+		}
 	}
 	c, cancel := context.WithCancel(ctx)
-	return ferr, c, cancel
+	return ferr, c, cancel, func() {
+		r.mu.Lock()
+		committed := r.committed
+		r.mu.Unlock()
+		if ferr != nil {
+			r.log.Error("work failed", "ckpt.step", committed, "lastStep", job.lastStep, "err", ferr)
+		} else {
+			r.log.Info("work finished", "ckpt.step", committed, "lastStep", job.lastStep)
+		}
+		r.events.emit(Event{Kind: EventFinished, Step: committed, Err: ferr})
+	}
 }
 
 func (r *runner) openStore(ctx context.Context) (checkpoint.Store, func(), error) {
