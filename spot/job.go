@@ -167,7 +167,9 @@ func (j *Job) safePoint(ctx context.Context, step int64, explicit bool) error {
 	// has ended; an explicit one waits for it.
 	if j.inflight != nil {
 		if explicit {
-			_ = j.inflight.Wait(ctx)
+			if j.awaitOrUrgent(ctx, j.inflight) {
+				return j.safePoint(ctx, step, false)
+			}
 		}
 		select {
 		case <-j.inflight.Done():
@@ -220,6 +222,10 @@ func (j *Job) safePoint(ctx context.Context, step int64, explicit bool) error {
 	}
 	j.inflight = up
 	if explicit {
+		if j.awaitOrUrgent(ctx, up) {
+			// A final notice: the emergency path takes over this upload.
+			return j.safePoint(ctx, step, false)
+		}
 		if err := up.Wait(ctx); err != nil {
 			return fmt.Errorf("spot: checkpoint step %d: %w", step, err)
 		}
@@ -228,9 +234,36 @@ func (j *Job) safePoint(ctx context.Context, step int64, explicit bool) error {
 	return nil
 }
 
+// awaitOrUrgent waits for up to end, for ctx, or for a final notice, and
+// reports whether it was the notice.
+func (j *Job) awaitOrUrgent(ctx context.Context, up *checkpoint.Upload) bool {
+	select {
+	case <-up.Done():
+		return false
+	case <-ctx.Done():
+		return false
+	case <-j.r.urgentC:
+	}
+	j.r.mu.Lock()
+	urgent := j.r.urgent != nil
+	j.r.mu.Unlock()
+	if urgent && !ended(up) {
+		return true
+	}
+	// The notice was withdrawn: just wait.
+	select {
+	case <-up.Done():
+	case <-ctx.Done():
+	}
+	return false
+}
+
 // waitCommitted waits for an upload of step already in flight.
 func (j *Job) waitCommitted(ctx context.Context, step int64) error {
 	if j.inflight != nil && j.inflight.Step() == step {
+		if j.awaitOrUrgent(ctx, j.inflight) {
+			return j.safePoint(ctx, step, false)
+		}
 		if err := j.inflight.Wait(ctx); err != nil {
 			return fmt.Errorf("spot: checkpoint step %d: %w", step, err)
 		}

@@ -99,6 +99,7 @@ func Run(ctx context.Context, fn func(ctx context.Context, job *Job) error, opts
 		saves:      make(map[int64]saveInfo),
 		committed:  -1,
 		wake:       make(chan struct{}, 1),
+		urgentC:    make(chan struct{}),
 		lastSaveAt: time.Now(),
 		hasSmall:   o.SmallSnapshot != nil,
 	}
@@ -131,6 +132,8 @@ type runner struct {
 
 	attention atomic.Bool   // Step must take its slow path
 	wake      chan struct{} // wakes the control loop
+	urgentC   chan struct{} // closed when a final notice is first acted on
+	urgentSet sync.Once
 
 	mu          sync.Mutex
 	notices     map[string]notice.Notice // active, by ID
@@ -543,6 +546,9 @@ func (r *runner) evaluate(now time.Time) time.Time {
 	}
 	if r.urgent != nil || r.advisory || r.periodicDue {
 		r.attention.Store(true)
+	}
+	if r.urgent != nil {
+		r.urgentSet.Do(func() { close(r.urgentC) })
 	}
 	r.mu.Unlock()
 

@@ -489,3 +489,27 @@ func TestEventJSON(t *testing.T) {
 	var k spot.EventKind
 	assert.Error(t, k.UnmarshalText([]byte("nonsense")))
 }
+
+// TestNoticeDuringExplicitCheckpoint: a final notice while Checkpoint waits
+// for its (slow) upload turns it into the emergency checkpoint.
+func TestNoticeDuringExplicitCheckpoint(t *testing.T) {
+	t.Parallel()
+	fake, src := fakeSource(t, "alibaba")
+	faulty := storetest.NewFaulty(memstore.New(), storetest.Slow(storetest.OpPut, 1<<20, 0))
+	m := newModel(1 << 20) // ~1 s at 1 MiB/s
+	err := spot.Run(t.Context(), func(ctx context.Context, job *spot.Job) error {
+		job.SetSnapshot(m.parts)
+		for s := int64(0); s < 5; s++ {
+			if err := job.Step(ctx, s); err != nil {
+				return err
+			}
+			m.step(s)
+		}
+		time.AfterFunc(100*time.Millisecond, func() { fake.Interrupt(notice.KindTerminate, time.Now().Add(time.Minute)) })
+		return job.Checkpoint(ctx, 5)
+	}, &spot.Options{Store: chunked{faulty}, Sources: []notice.Source{src}, NoSignals: true, Interval: -1})
+	ie := interrupted(t, err)
+	require.True(t, ie.Committed, "%v", err)
+	assert.Equal(t, int64(5), ie.Step)
+	assert.Equal(t, spot.ExitInterrupted, spot.ExitCode(err))
+}
