@@ -12,7 +12,8 @@ import (
 // the worker's goroutine, at step, to commit by end.
 //
 // The full state is captured first (a memory copy, fast next to any
-// upload), which gives its exact size. With the upload throughput (measured
+// upload), which gives its exact size; unless the size of its last capture
+// already shows it cannot make it and a smaller snapshot exists. With the upload throughput (measured
 // on earlier commits, or on the upload in flight) the runner predicts the
 // save time and picks, in order:
 //
@@ -136,6 +137,19 @@ func (e *emergencySave) plan(ctx context.Context) error {
 	if j.snapshot == nil {
 		return e.saveSmall(ctx)
 	}
+	// When the state as last captured already cannot make it, go straight
+	// to the smaller snapshot: no large copy at the worst moment.
+	r.mu.Lock()
+	known := r.fullBytes
+	if known <= 0 {
+		known = r.priorBytes
+	}
+	r.mu.Unlock()
+	if left := time.Until(e.end); j.small != nil && known > 0 {
+		if est := safety(EstimateSave(known, e.tp, 0)); est > left {
+			return e.wontFit(ctx, known, est, left)
+		}
+	}
 	// Queue behind a running upload; without one the upload starts now.
 	full, err := j.save(ctx, e.step, ReasonEmergency, false, checkpoint.BusyReplace, e.end)
 	if err != nil {
@@ -178,8 +192,10 @@ func (e *emergencySave) wontFit(ctx context.Context, bytes int64, est, left time
 			Throughput: e.tp, Reduced: j.small != nil, Reason: ReasonEmergency})
 	}
 	if j.small != nil {
-		e.up.Cancel()
-		_ = e.up.Wait(ctx)
+		if e.up != nil {
+			e.up.Cancel()
+			_ = e.up.Wait(ctx)
+		}
 		return e.saveSmall(ctx)
 	}
 	if oldLeft := e.oldLeft(); e.old != nil && oldLeft >= 0 && oldLeft <= left {

@@ -513,3 +513,36 @@ func TestNoticeDuringExplicitCheckpoint(t *testing.T) {
 	assert.Equal(t, int64(5), ie.Step)
 	assert.Equal(t, spot.ExitInterrupted, spot.ExitCode(err))
 }
+
+// TestSwitchToSmallWhileUploading: the store was fast when measured but
+// is slow now; the emergency upload's own progress shows that the full
+// state will not commit in time, and the runner switches to the smaller
+// snapshot while it still can.
+func TestSwitchToSmallWhileUploading(t *testing.T) {
+	t.Parallel()
+	fake, src := fakeSource(t, "gcp")
+	faulty := storetest.NewFaulty(memstore.New())
+	rec := &recorder{}
+	var fired atomic.Bool
+	w := &worker{total: 100000, size: 4 << 20, delay: time.Millisecond}
+	w.onStep = func(s int64) {
+		if s == 15 && fired.CompareAndSwap(false, true) {
+			require.Eventually(t, func() bool { _, ok := rec.find(spot.EventCheckpointCommitted); return ok },
+				5*time.Second, time.Millisecond)
+			faulty.Inject(storetest.Slow(storetest.OpPut, 128<<10, 0)) // 4 MiB: 32 s
+			fake.Interrupt(notice.KindPreempt, time.Now().Add(30*time.Second))
+		}
+	}
+	err := spot.Run(t.Context(), w.run, &spot.Options{
+		Store: chunked{faulty}, Sources: []notice.Source{src}, NoSignals: true, EverySteps: 10, OnEvent: rec.on,
+		Logger: testLogger(t),
+	})
+	ie := interrupted(t, err)
+	require.True(t, ie.Committed, "%v", err)
+	assert.True(t, ie.Reduced)
+	assert.Equal(t, w.reached, ie.Step)
+	assert.Less(t, ie.NoticeToCommit, 5*time.Second, "switched early, not at the deadline")
+	nf, ok := rec.find(spot.EventWillNotFit)
+	require.True(t, ok)
+	assert.Less(t, nf.Throughput, float64(1<<20), "the rate the running upload showed")
+}
