@@ -50,9 +50,9 @@ type Options struct {
 	// Store is where checkpoints go. It wins over StoreURL; Run does not
 	// close it.
 	Store checkpoint.Store
-	// StoreURL opens the store with checkpoint.Open (import the store
-	// package for schemes other than file:// and mem://... see
-	// checkpoint.Open). Default [DefaultStoreURL]. Run closes a store it
+	// StoreURL opens the store with checkpoint.Open. file:// works as is;
+	// for mem://, s3://, gs:// and oss:// import the store package (for
+	// its side effect). Default [DefaultStoreURL]. Run closes a store it
 	// opened.
 	StoreURL string
 	// Manager configures the checkpoint manager (prefix, retention,
