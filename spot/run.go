@@ -56,6 +56,7 @@ type NoticeError struct {
 	Late bool
 }
 
+// Error names the notice, and says when the worker was cancelled early.
 func (e *NoticeError) Error() string {
 	if e.Late {
 		return fmt.Sprintf("spot: %s %s notice, and no safe point reached in time", e.Notice.Provider, e.Notice.Kind)
