@@ -161,7 +161,7 @@ func (w *Watcher) diff(known map[string]Notice, now []Notice, partial bool, fn f
 		switch {
 		case !ok:
 			known[n.ID] = n
-			w.log.Info("interruption notice", "notice", n, "notice.kind", n.Kind.String(), "notice.deadline", n.Deadline)
+			w.log.Info("interruption notice", "notice", n)
 			fn(Event{Type: EventNotice, Notice: n, At: at})
 		case old.Kind != n.Kind || absDur(old.Deadline.Sub(n.Deadline)) > time.Second:
 			n.Observed = old.Observed
