@@ -40,6 +40,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/spotsafe/spotsafe/checkpoint"
+	"github.com/spotsafe/spotsafe/internal/objstore"
 	"github.com/spotsafe/spotsafe/internal/rangeread"
 )
 
@@ -153,7 +154,7 @@ func New(client *oss.Client, bucket string, opts *Options) (*Store, error) {
 		o.AbortTimeout = defaultAbort
 	}
 	if o.Prefix = strings.Trim(o.Prefix, "/"); o.Prefix != "" {
-		if err := validateKey(o.Prefix); err != nil {
+		if err := objstore.ValidateKey(o.Prefix); err != nil {
 			return nil, fmt.Errorf("ossstore: prefix: %w", err)
 		}
 		s.prefix = o.Prefix + "/"
@@ -266,7 +267,7 @@ func openURL(_ context.Context, u *url.URL) (checkpoint.Store, error) {
 	}
 	opts := &Options{Prefix: strings.Trim(u.Path, "/")}
 	if v := q.Get("part_size"); v != "" {
-		n, err := parseSize(v)
+		n, err := objstore.ParseSize(v)
 		if err != nil {
 			return nil, fmt.Errorf("ossstore: part_size: %w", err)
 		}
@@ -284,25 +285,6 @@ func openURL(_ context.Context, u *url.URL) (checkpoint.Store, error) {
 		return nil, err
 	}
 	return New(client, u.Host, opts)
-}
-
-// parseSize reads a byte count with an optional KiB/MiB/GiB suffix (or k/M/G).
-func parseSize(v string) (int64, error) {
-	mult := int64(1)
-	for _, suf := range []struct {
-		s string
-		m int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"k", 1 << 10}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
-		if strings.HasSuffix(v, suf.s) {
-			v, mult = strings.TrimSuffix(v, suf.s), suf.m
-			break
-		}
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%q is not a positive size", v)
-	}
-	return n * mult, nil
 }
 
 // Bucket returns the SDK's bucket handle the store uses.
@@ -326,13 +308,13 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader, size i
 }
 
 func (s *Store) put(ctx context.Context, key string, r io.Reader, size int64, ifAbsent bool) error {
-	if err := validateKey(key); err != nil {
+	if err := objstore.ValidateKey(key); err != nil {
 		return err
 	}
 	if size < -1 {
 		return fmt.Errorf("ossstore: put %s: invalid size %d", key, size)
 	}
-	body := &exactReader{r: r, want: size}
+	body := objstore.NewExactReader("ossstore", r, size)
 	// Read up to the threshold (at least one part): if the object fits, it
 	// goes up in one replayable PutObject.
 	limit := max(s.opts.MultipartThreshold, s.opts.PartSize)
@@ -532,7 +514,7 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 // GetRange opens length bytes from offset in one ranged GET. With length
 // < 0 it reads to the end, in parallel like Get when that is large.
 func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
-	if err := validateKey(key); err != nil {
+	if err := objstore.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	if offset < 0 {
@@ -568,9 +550,9 @@ func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) 
 		}
 		return nil, err
 	}
-	total, ok := totalSize(hdr.Get("Content-Range"))
+	total, ok := objstore.TotalSize(hdr.Get("Content-Range"))
 	if !ok {
-		return s.sliceWhole(body, key, offset, length)
+		return objstore.SliceWhole("ossstore", body, key, offset, length)
 	}
 	end := total
 	if length > 0 {
@@ -618,21 +600,6 @@ func (s *Store) emptyRange(ctx context.Context, key string, offset int64, cause 
 	return nil, cause
 }
 
-// sliceWhole serves a range from a full-object response.
-func (s *Store) sliceWhole(body io.ReadCloser, key string, offset, length int64) (io.ReadCloser, error) {
-	if _, err := io.CopyN(io.Discard, body, offset); err != nil {
-		body.Close()
-		return nil, fmt.Errorf("ossstore: get %s: skip to %d: %w", key, offset, err)
-	}
-	if length < 0 {
-		return body, nil
-	}
-	return struct {
-		io.Reader
-		io.Closer
-	}{io.LimitReader(body, length), body}, nil
-}
-
 func (s *Store) size(ctx context.Context, key string) (int64, error) {
 	var hdr http.Header
 	err := s.retry(ctx, "head", key, false, func() error {
@@ -649,8 +616,8 @@ func (s *Store) size(ctx context.Context, key string) (int64, error) {
 // List returns the objects whose keys start with prefix, sorted, following
 // ListObjectsV2 continuation tokens.
 func (s *Store) List(ctx context.Context, prefix string) ([]checkpoint.ObjectInfo, error) {
-	if strings.ContainsFunc(prefix, func(r rune) bool { return !safeRune(r) }) {
-		return nil, fmt.Errorf("%w: list prefix %q has characters outside [A-Za-z0-9/._-]", checkpoint.ErrInvalidKey, prefix)
+	if err := objstore.ValidateListPrefix(prefix); err != nil {
+		return nil, err
 	}
 	var out []checkpoint.ObjectInfo
 	token := ""
@@ -678,7 +645,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]checkpoint.ObjectInf
 		}
 		token = page.NextContinuationToken
 	}
-	slices.SortFunc(out, func(a, b checkpoint.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	objstore.SortByKey(out)
 	return out, nil
 }
 
@@ -686,7 +653,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]checkpoint.ObjectInf
 // success, so Delete asks first: a missing key is an error matching
 // fs.ErrNotExist.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := validateKey(key); err != nil {
+	if err := objstore.ValidateKey(key); err != nil {
 		return err
 	}
 	if _, err := s.size(ctx, key); err != nil {
@@ -779,53 +746,4 @@ func serviceStatus(err error) int {
 		return se.StatusCode
 	}
 	return 0
-}
-
-// totalSize reads the total from a Content-Range header ("bytes 0-9/100").
-func totalSize(cr string) (int64, bool) {
-	_, total, ok := strings.Cut(cr, "/")
-	if !ok || total == "*" {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(total, 10, 64)
-	return n, err == nil
-}
-
-// validateKey applies checkpoint.ValidateKey and restricts keys to
-// [A-Za-z0-9/._-]: the OSS SDK URL-decodes listed keys, so '%' and '+'
-// would not survive a round trip through List.
-func validateKey(key string) error {
-	if err := checkpoint.ValidateKey(key); err != nil {
-		return err
-	}
-	if i := strings.IndexFunc(key, func(r rune) bool { return !safeRune(r) }); i >= 0 {
-		return fmt.Errorf("%w: %q has %q outside [A-Za-z0-9/._-]", checkpoint.ErrInvalidKey, key, key[i:i+1])
-	}
-	return nil
-}
-
-func safeRune(r rune) bool {
-	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '/' || r == '.' || r == '_' || r == '-'
-}
-
-// exactReader checks that r yields exactly want bytes (want < 0: any).
-type exactReader struct {
-	r    io.Reader
-	want int64
-	got  int64
-}
-
-func (e *exactReader) Read(p []byte) (int, error) {
-	if e.want >= 0 && int64(len(p)) > e.want-e.got+1 {
-		p = p[:e.want-e.got+1]
-	}
-	n, err := e.r.Read(p)
-	e.got += int64(n)
-	if e.want >= 0 && e.got > e.want {
-		return n, fmt.Errorf("ossstore: reader has more than the %d bytes announced", e.want)
-	}
-	if err == io.EOF && e.want >= 0 && e.got < e.want {
-		return n, fmt.Errorf("ossstore: reader ended after %d of %d bytes: %w", e.got, e.want, io.ErrUnexpectedEOF)
-	}
-	return n, err
 }

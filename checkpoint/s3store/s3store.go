@@ -27,7 +27,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +41,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/spotsafe/spotsafe/checkpoint"
+	"github.com/spotsafe/spotsafe/internal/objstore"
 	"github.com/spotsafe/spotsafe/internal/rangeread"
 )
 
@@ -136,7 +136,7 @@ func New(client *s3.Client, bucket string, opts *Options) (*Store, error) {
 		o.AbortTimeout = defaultAbort
 	}
 	if o.Prefix = strings.Trim(o.Prefix, "/"); o.Prefix != "" {
-		if err := validateKey(o.Prefix); err != nil {
+		if err := objstore.ValidateKey(o.Prefix); err != nil {
 			return nil, fmt.Errorf("s3store: prefix: %w", err)
 		}
 		s.prefix = o.Prefix + "/"
@@ -189,7 +189,7 @@ func openURL(ctx context.Context, u *url.URL) (checkpoint.Store, error) {
 	opts := &Options{Prefix: strings.Trim(u.Path, "/")}
 	var err error
 	if v := q.Get(paramPartSize); v != "" {
-		if opts.PartSize, err = parseSize(v); err != nil {
+		if opts.PartSize, err = objstore.ParseSize(v); err != nil {
 			return nil, fmt.Errorf("s3store: %s: %w", paramPartSize, err)
 		}
 	}
@@ -243,25 +243,6 @@ func openURL(ctx context.Context, u *url.URL) (checkpoint.Store, error) {
 	return New(client, u.Host, opts)
 }
 
-// parseSize reads a byte count with an optional KiB/MiB/GiB suffix (or k/M/G).
-func parseSize(v string) (int64, error) {
-	mult := int64(1)
-	for _, suf := range []struct {
-		s string
-		m int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"k", 1 << 10}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
-		if strings.HasSuffix(v, suf.s) {
-			v, mult = strings.TrimSuffix(v, suf.s), suf.m
-			break
-		}
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%q is not a positive size", v)
-	}
-	return n * mult, nil
-}
-
 // Bucket returns the bucket name.
 func (s *Store) Bucket() string { return s.bucket }
 
@@ -286,13 +267,13 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader, size i
 }
 
 func (s *Store) put(ctx context.Context, key string, r io.Reader, size int64, ifAbsent bool) error {
-	if err := validateKey(key); err != nil {
+	if err := objstore.ValidateKey(key); err != nil {
 		return err
 	}
 	if size < -1 {
 		return fmt.Errorf("s3store: put %s: invalid size %d", key, size)
 	}
-	body := &exactReader{r: r, want: size}
+	body := objstore.NewExactReader("s3store", r, size)
 	if ifAbsent && (size < 0 || size < s.opts.MultipartThreshold) {
 		// Buffer small conditional writes: a 409 conflict needs a retry,
 		// and a retry needs the bytes again.
@@ -303,7 +284,7 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, size int64, if
 		if int64(len(buf)) < s.opts.MultipartThreshold {
 			return s.putSmallIfAbsent(ctx, key, buf)
 		}
-		body = &exactReader{r: io.MultiReader(bytes.NewReader(buf), body), want: size}
+		body = objstore.NewExactReader("s3store", io.MultiReader(bytes.NewReader(buf), body), size)
 	}
 	in := &transfermanager.UploadObjectInput{
 		Bucket: aws.String(s.bucket),
@@ -368,7 +349,7 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 // GetRange opens length bytes from offset in one ranged GET. With length
 // < 0 it reads to the end, in parallel like Get when that is large.
 func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
-	if err := validateKey(key); err != nil {
+	if err := objstore.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	if offset < 0 {
@@ -402,10 +383,10 @@ func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) 
 		}
 		return nil, s.mapErr("get", key, err)
 	}
-	total, ok := totalSize(aws.ToString(out.ContentRange))
+	total, ok := objstore.TotalSize(aws.ToString(out.ContentRange))
 	if !ok {
 		// The server ignored the range and sent the whole object.
-		return s.sliceWhole(out.Body, key, offset, length)
+		return objstore.SliceWhole("s3store", out.Body, key, offset, length)
 	}
 	end := total
 	if length > 0 {
@@ -454,21 +435,6 @@ func (s *Store) emptyRange(ctx context.Context, key string, offset int64, cause 
 	return nil, fmt.Errorf("s3store: get %s: %w", key, cause)
 }
 
-// sliceWhole serves a range from a full-object response.
-func (s *Store) sliceWhole(body io.ReadCloser, key string, offset, length int64) (io.ReadCloser, error) {
-	if _, err := io.CopyN(io.Discard, body, offset); err != nil {
-		body.Close()
-		return nil, fmt.Errorf("s3store: get %s: skip to %d: %w", key, offset, err)
-	}
-	if length < 0 {
-		return body, nil
-	}
-	return struct {
-		io.Reader
-		io.Closer
-	}{io.LimitReader(body, length), body}, nil
-}
-
 func (s *Store) head(ctx context.Context, key string) (*s3.HeadObjectOutput, error) {
 	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{
 		Bucket: aws.String(s.bucket),
@@ -483,8 +449,8 @@ func (s *Store) head(ctx context.Context, key string) (*s3.HeadObjectOutput, err
 // List returns the objects whose keys start with prefix, sorted, following
 // ListObjectsV2 continuation tokens.
 func (s *Store) List(ctx context.Context, prefix string) ([]checkpoint.ObjectInfo, error) {
-	if strings.ContainsFunc(prefix, func(r rune) bool { return !safeRune(r) }) {
-		return nil, fmt.Errorf("%w: list prefix %q has characters outside [A-Za-z0-9/._-]", checkpoint.ErrInvalidKey, prefix)
+	if err := objstore.ValidateListPrefix(prefix); err != nil {
+		return nil, err
 	}
 	var out []checkpoint.ObjectInfo
 	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{
@@ -504,7 +470,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]checkpoint.ObjectInf
 			out = append(out, checkpoint.ObjectInfo{Key: k, Size: aws.ToInt64(o.Size), Modified: aws.ToTime(o.LastModified)})
 		}
 	}
-	slices.SortFunc(out, func(a, b checkpoint.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	objstore.SortByKey(out)
 	return out, nil
 }
 
@@ -513,7 +479,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]checkpoint.ObjectInf
 // fs.ErrNotExist. (Check and delete are two requests: of two concurrent
 // Deletes of one key, both may succeed.)
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := validateKey(key); err != nil {
+	if err := objstore.ValidateKey(key); err != nil {
 		return err
 	}
 	if _, err := s.head(ctx, key); err != nil {
@@ -572,53 +538,4 @@ func httpStatus(err error) int {
 		return re.HTTPStatusCode()
 	}
 	return 0
-}
-
-// totalSize reads the total from a Content-Range header ("bytes 0-9/100").
-func totalSize(cr string) (int64, bool) {
-	_, total, ok := strings.Cut(cr, "/")
-	if !ok || total == "*" {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(total, 10, 64)
-	return n, err == nil
-}
-
-// validateKey applies checkpoint.ValidateKey and restricts keys to
-// [A-Za-z0-9/._-], which every S3-compatible server, signer and proxy
-// passes through unchanged.
-func validateKey(key string) error {
-	if err := checkpoint.ValidateKey(key); err != nil {
-		return err
-	}
-	if i := strings.IndexFunc(key, func(r rune) bool { return !safeRune(r) }); i >= 0 {
-		return fmt.Errorf("%w: %q has %q outside [A-Za-z0-9/._-]", checkpoint.ErrInvalidKey, key, key[i:i+1])
-	}
-	return nil
-}
-
-func safeRune(r rune) bool {
-	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '/' || r == '.' || r == '_' || r == '-'
-}
-
-// exactReader checks that r yields exactly want bytes (want < 0: any).
-type exactReader struct {
-	r    io.Reader
-	want int64
-	got  int64
-}
-
-func (e *exactReader) Read(p []byte) (int, error) {
-	if e.want >= 0 && int64(len(p)) > e.want-e.got+1 {
-		p = p[:e.want-e.got+1] // read at most one byte too many, to notice it
-	}
-	n, err := e.r.Read(p)
-	e.got += int64(n)
-	if e.want >= 0 && e.got > e.want {
-		return n, fmt.Errorf("s3store: reader has more than the %d bytes announced", e.want)
-	}
-	if err == io.EOF && e.want >= 0 && e.got < e.want {
-		return n, fmt.Errorf("s3store: reader ended after %d of %d bytes: %w", e.got, e.want, io.ErrUnexpectedEOF)
-	}
-	return n, err
 }
