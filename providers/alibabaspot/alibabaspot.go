@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/spotsafe/spotsafe/internal/metaclient"
+	"github.com/spotsafe/spotsafe/internal/termtime"
 	"github.com/spotsafe/spotsafe/notice"
 )
 
@@ -96,8 +97,7 @@ type Source struct {
 	expires    time.Time
 	retryPutAt time.Time
 
-	lastID       string
-	lastObserved time.Time
+	term termtime.Poller
 }
 
 var _ interface {
@@ -129,6 +129,7 @@ func New(opts *Options) *Source {
 		interval: o.PollInterval,
 		ttl:      o.TokenTTL.Truncate(time.Second),
 		noTokens: o.DisableTokens,
+		term:     termtime.Poller{Package: "alibabaspot", Provider: "alibaba", Path: TerminationPath, Parse: ParseTime},
 	}
 	if s.endpoint == "" {
 		s.endpoint = DefaultEndpoint
@@ -168,32 +169,10 @@ func (s *Source) Poll(ctx context.Context) ([]notice.Notice, error) {
 	if err != nil {
 		return nil, fmt.Errorf("alibabaspot: %w", err)
 	}
-	switch {
-	case resp.Code == http.StatusNotFound:
-		s.remember("", time.Time{})
-		return nil, nil
-	case resp.Code == http.StatusUnauthorized || resp.Code == http.StatusForbidden:
+	if resp.Code == http.StatusUnauthorized || resp.Code == http.StatusForbidden {
 		return nil, fmt.Errorf("alibabaspot: metadata server refuses the request even after a token attempt (hardened mode without a working token API?): %w: %w", notice.ErrUnavailable, resp.Err(req))
-	case resp.Code != http.StatusOK:
-		return nil, fmt.Errorf("alibabaspot: %w", resp.Err(req))
 	}
-	raw := string(resp.Body)
-	deadline, err := ParseTime(raw)
-	if err != nil {
-		return nil, fmt.Errorf("alibabaspot: GET %s: %w", TerminationPath, err)
-	}
-	id := "alibaba/terminate/" + deadline.Format(time.RFC3339)
-	return []notice.Notice{{
-		ID:       id,
-		Provider: s.Name(),
-		Kind:     notice.KindTerminate,
-		Deadline: deadline,
-		Observed: s.remember(id, time.Now()),
-		Detail: map[string]string{
-			"termination_time": deadline.Format(time.RFC3339),
-			"raw":              raw,
-		},
-	}}, nil
+	return s.term.Handle(resp, req)
 }
 
 // Probe reports whether an Alibaba Cloud metadata server answers at the
@@ -214,17 +193,6 @@ func (s *Source) Probe(ctx context.Context) error {
 		return fmt.Errorf("alibabaspot: probe: region-id %.40q is not an Alibaba region: %w", region, notice.ErrMalformed)
 	}
 	return nil
-}
-
-// remember keeps the first observation time of the current notice so that
-// repeated polls report the same Observed; id "" forgets.
-func (s *Source) remember(id string, now time.Time) time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if id == "" || id != s.lastID {
-		s.lastID, s.lastObserved = id, now
-	}
-	return s.lastObserved
 }
 
 // get sends GET path with a token when one is to be had. A 401 or 403 (a

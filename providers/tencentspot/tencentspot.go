@@ -15,10 +15,10 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spotsafe/spotsafe/internal/metaclient"
+	"github.com/spotsafe/spotsafe/internal/termtime"
 	"github.com/spotsafe/spotsafe/notice"
 )
 
@@ -71,10 +71,7 @@ type Source struct {
 	client   *http.Client
 	log      *slog.Logger
 	interval time.Duration
-
-	mu           sync.Mutex
-	lastID       string
-	lastObserved time.Time
+	term     termtime.Poller
 }
 
 var _ interface {
@@ -93,6 +90,7 @@ func New(opts *Options) *Source {
 		client:   o.HTTPClient,
 		log:      o.Logger,
 		interval: o.PollInterval,
+		term:     termtime.Poller{Package: "tencentspot", Provider: "tencent", Path: TerminationPath, Parse: ParseTime},
 	}
 	if s.endpoint == "" {
 		s.endpoint = DefaultEndpoint
@@ -121,30 +119,7 @@ func (s *Source) Poll(ctx context.Context) ([]notice.Notice, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tencentspot: %w", err)
 	}
-	switch {
-	case resp.Code == http.StatusNotFound:
-		s.remember("", time.Time{})
-		return nil, nil
-	case resp.Code != http.StatusOK:
-		return nil, fmt.Errorf("tencentspot: %w", resp.Err(req))
-	}
-	raw := string(resp.Body)
-	deadline, err := ParseTime(raw)
-	if err != nil {
-		return nil, fmt.Errorf("tencentspot: GET %s: %w", TerminationPath, err)
-	}
-	id := "tencent/terminate/" + deadline.Format(time.RFC3339)
-	return []notice.Notice{{
-		ID:       id,
-		Provider: s.Name(),
-		Kind:     notice.KindTerminate,
-		Deadline: deadline,
-		Observed: s.remember(id, time.Now()),
-		Detail: map[string]string{
-			"termination_time": deadline.Format(time.RFC3339),
-			"raw":              raw,
-		},
-	}}, nil
+	return s.term.Handle(resp, req)
 }
 
 // Probe reports whether a Tencent Cloud metadata server answers at the
@@ -183,17 +158,6 @@ func ParseTime(s string) (time.Time, error) {
 		return t.UTC(), nil
 	}
 	return time.Time{}, fmt.Errorf("termination time %.64q is not a time like %q (UTC+8): %w", s, TimeLayout, notice.ErrMalformed)
-}
-
-// remember keeps the first observation time of the current notice; id ""
-// forgets.
-func (s *Source) remember(id string, now time.Time) time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if id == "" || id != s.lastID {
-		s.lastID, s.lastObserved = id, now
-	}
-	return s.lastObserved
 }
 
 // isInstanceID accepts "ins-" followed by lower-case letters and digits.
