@@ -76,3 +76,21 @@ func (p *Poller) remember(id string, now time.Time) time.Time {
 	}
 	return p.lastObserved
 }
+
+// ParseIn reads s (already trimmed) with the first of layouts that
+// accepts it, in loc for layouts without a zone, and returns it in UTC.
+// ok is false when no layout fits or the first that fits gives a year
+// before 2000 (a zero or garbage time, not a reclamation).
+func ParseIn(s string, loc *time.Location, layouts ...string) (t time.Time, ok bool) {
+	for _, layout := range layouts {
+		t, err := time.ParseInLocation(layout, s, loc)
+		if err != nil {
+			continue
+		}
+		if t.Year() < 2000 {
+			break
+		}
+		return t.UTC(), true
+	}
+	return time.Time{}, false
+}

@@ -128,3 +128,20 @@ func TestHandleErrors(t *testing.T) {
 	var se *metaclient.StatusError
 	assert.ErrorAs(t, err, &se)
 }
+
+func TestParseIn(t *testing.T) {
+	plus8 := time.FixedZone("UTC+8", 8*3600)
+	got, ok := ParseIn("2026-12-01 10:00:00", plus8, time.RFC3339, "2006-01-02 15:04:05")
+	require.True(t, ok)
+	assert.Equal(t, time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC), got)
+	assert.Equal(t, time.UTC, got.Location())
+
+	got, ok = ParseIn("2026-12-01T10:00:00+01:00", plus8, "2006-01-02 15:04:05", time.RFC3339)
+	require.True(t, ok, "a later layout is tried")
+	assert.Equal(t, time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC), got)
+
+	for _, s := range []string{"", "soon", "0001-01-01 00:00:00", "1999-12-31 23:59:59"} {
+		_, ok := ParseIn(s, time.UTC, "2006-01-02 15:04:05", time.RFC3339)
+		assert.False(t, ok, s)
+	}
+}

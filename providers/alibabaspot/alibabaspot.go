@@ -328,15 +328,8 @@ func (s *Source) fetchTokenLocked(ctx context.Context, now time.Time) (string, e
 // wrapping notice.ErrMalformed.
 func ParseTime(body string) (time.Time, error) {
 	s := strings.TrimSpace(body)
-	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04:05", "2006-01-02 15:04:05"} {
-		t, err := time.Parse(layout, s)
-		if err != nil {
-			continue
-		}
-		if t.Year() < 2000 {
-			break
-		}
-		return t.UTC(), nil
+	if t, ok := termtime.ParseIn(s, time.UTC, time.RFC3339, "2006-01-02T15:04:05", "2006-01-02 15:04:05"); ok {
+		return t, nil
 	}
 	return time.Time{}, fmt.Errorf("termination time %.64q is not a UTC time like %s: %w", s, TimeLayout, notice.ErrMalformed)
 }

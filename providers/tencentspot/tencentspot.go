@@ -147,15 +147,8 @@ func (s *Source) Probe(ctx context.Context) error {
 // notice.ErrMalformed.
 func ParseTime(s string) (time.Time, error) {
 	s = strings.TrimSpace(s)
-	for _, layout := range []string{TimeLayout, "02/01/2006 15:04:05", time.RFC3339, "2006-01-02T15:04:05"} {
-		t, err := time.ParseInLocation(layout, s, Zone)
-		if err != nil {
-			continue
-		}
-		if t.Year() < 2000 {
-			break
-		}
-		return t.UTC(), nil
+	if t, ok := termtime.ParseIn(s, Zone, TimeLayout, "02/01/2006 15:04:05", time.RFC3339, "2006-01-02T15:04:05"); ok {
+		return t, nil
 	}
 	return time.Time{}, fmt.Errorf("termination time %.64q is not a time like %q (UTC+8): %w", s, TimeLayout, notice.ErrMalformed)
 }
