@@ -12,6 +12,8 @@ import (
 	"cloud.google.com/go/storage"
 	"github.com/cenkalti/backoff/v4"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/spotsafe/spotsafe/internal/objstore"
 )
 
 // uploadIDKey is the custom metadata key that names the upload which wrote
@@ -138,7 +140,7 @@ func (u *compositeUpload) uploadParts(ctx context.Context, r io.Reader, size int
 			default:
 				buf = make([]byte, partSize)
 			}
-			if _, err := io.ReadFull(ctxReader{gctx, r}, buf[:p.size]); err != nil {
+			if _, err := io.ReadFull(objstore.CtxReader(gctx, r), buf[:p.size]); err != nil {
 				readErr = fmt.Errorf("read part %d: %w", i, unexpected(err))
 				cancel() // stop the parts in flight
 				break
@@ -388,17 +390,4 @@ func unexpected(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
-}
-
-// ctxReader stops a sequential read when ctx ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

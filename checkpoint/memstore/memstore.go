@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spotsafe/spotsafe/checkpoint"
+	"github.com/spotsafe/spotsafe/internal/objstore"
 )
 
 // Store keeps objects in memory. The zero value is not usable; call New.
@@ -79,7 +80,7 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, size int64, if
 	if err := checkpoint.ValidateKey(key); err != nil {
 		return err
 	}
-	data, err := readObject(ctxReader{ctx, r}, size)
+	data, err := readObject(objstore.CtxReader(ctx, r), size)
 	if err != nil {
 		return fmt.Errorf("memstore: put %s: %w", key, err)
 	}
@@ -187,17 +188,4 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	delete(s.objects, key)
 	return nil
-}
-
-// ctxReader stops a copy when ctx ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

@@ -1,13 +1,15 @@
 // Package objstore holds the small helpers that the S3 and OSS checkpoint
 // stores share: their key character set, byte-size parsing for URL
 // parameters, Content-Range parsing, the exact-size reader that guards
-// uploads, serving a range from a whole-object response, and list sorting.
+// uploads, serving a range from a whole-object response, and list sorting;
+// and a context-aware reader that gcsstore and memstore use as well.
 //
 // Error messages that name the store take the store's name (e.g.
 // "s3store") as an argument, so each store keeps its own wording.
 package objstore
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -129,4 +131,21 @@ func SliceWhole(name string, body io.ReadCloser, key string, offset, length int6
 // SortByKey sorts a listing by key, as checkpoint.Store.List returns it.
 func SortByKey(infos []checkpoint.ObjectInfo) {
 	slices.SortFunc(infos, func(a, b checkpoint.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+}
+
+// CtxReader returns a reader that reads from r until ctx ends, then fails
+// with ctx's error: it stops a sequential copy that would otherwise not
+// notice cancellation.
+func CtxReader(ctx context.Context, r io.Reader) io.Reader { return ctxReader{ctx, r} }
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }

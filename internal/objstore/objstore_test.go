@@ -1,6 +1,7 @@
 package objstore
 
 import (
+	"context"
 	"errors"
 	"io"
 	"strings"
@@ -113,4 +114,17 @@ func TestSortByKey(t *testing.T) {
 		keys = append(keys, i.Key)
 	}
 	assert.Equal(t, []string{"a", "a/10", "a/2", "b"}, keys)
+}
+
+func TestCtxReader(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := CtxReader(ctx, strings.NewReader("abcdef"))
+	buf := make([]byte, 3)
+	n, err := r.Read(buf)
+	require.NoError(t, err)
+	assert.Equal(t, "abc", string(buf[:n]))
+	cancel()
+	n, err = r.Read(buf)
+	assert.Zero(t, n)
+	assert.ErrorIs(t, err, context.Canceled)
 }
