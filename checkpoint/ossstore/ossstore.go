@@ -91,12 +91,8 @@ type Options struct {
 }
 
 const (
-	minPartSize        = 100 << 10
-	defaultPartSize    = 8 << 20
-	defaultConcurrency = 8
-	defaultThreshold   = 16 << 20
-	defaultAttempts    = 3
-	defaultAbort       = 10 * time.Second
+	minPartSize     = 100 << 10
+	defaultAttempts = 3
 )
 
 // New returns a store on the named bucket of client. Build client with
@@ -117,24 +113,11 @@ func New(client *oss.Client, bucket string, opts *Options) (*Store, error) {
 		s.opts = *opts
 	}
 	o := &s.opts
-	switch {
-	case o.PartSize == 0:
-		o.PartSize = defaultPartSize
-	case o.PartSize < minPartSize:
-		return nil, fmt.Errorf("ossstore: PartSize %d is below OSS's minimum of 100 KiB", o.PartSize)
+	t := objstore.Tuning{PartSize: o.PartSize, Concurrency: o.Concurrency, MultipartThreshold: o.MultipartThreshold, AbortTimeout: o.AbortTimeout}
+	if err := t.Normalize("ossstore", minPartSize, "OSS's minimum of 100 KiB"); err != nil {
+		return nil, err
 	}
-	switch {
-	case o.Concurrency == 0:
-		o.Concurrency = defaultConcurrency
-	case o.Concurrency < 0:
-		return nil, fmt.Errorf("ossstore: negative Concurrency %d", o.Concurrency)
-	}
-	switch {
-	case o.MultipartThreshold == 0:
-		o.MultipartThreshold = defaultThreshold
-	case o.MultipartThreshold < 0:
-		return nil, fmt.Errorf("ossstore: negative MultipartThreshold %d", o.MultipartThreshold)
-	}
+	o.PartSize, o.Concurrency, o.MultipartThreshold, o.AbortTimeout = t.PartSize, t.Concurrency, t.MultipartThreshold, t.AbortTimeout
 	switch {
 	case o.Attempts == 0:
 		o.Attempts = defaultAttempts
@@ -150,14 +133,8 @@ func New(client *oss.Client, bucket string, opts *Options) (*Store, error) {
 			return b
 		}
 	}
-	if o.AbortTimeout <= 0 {
-		o.AbortTimeout = defaultAbort
-	}
-	if o.Prefix = strings.Trim(o.Prefix, "/"); o.Prefix != "" {
-		if err := objstore.ValidateKey(o.Prefix); err != nil {
-			return nil, fmt.Errorf("ossstore: prefix: %w", err)
-		}
-		s.prefix = o.Prefix + "/"
+	if o.Prefix, s.prefix, err = objstore.KeyPrefix("ossstore", o.Prefix); err != nil {
+		return nil, err
 	}
 	s.buffers = rangeread.NewBufferPool(o.PartSize)
 	s.log = o.Logger

@@ -86,13 +86,8 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-const (
-	minPartSize        = 5 << 20
-	defaultPartSize    = 8 << 20
-	defaultConcurrency = 8
-	defaultThreshold   = 16 << 20
-	defaultAbort       = 10 * time.Second
-)
+// minPartSize is S3's minimum multipart part size.
+const minPartSize = 5 << 20
 
 // New returns a store on bucket using client, which carries region,
 // credentials, endpoint and retry policy (the SDK's retryer retries
@@ -114,32 +109,14 @@ func New(client *s3.Client, bucket string, opts *Options) (*Store, error) {
 		s.opts = *opts
 	}
 	o := &s.opts
-	switch {
-	case o.PartSize == 0:
-		o.PartSize = defaultPartSize
-	case o.PartSize < minPartSize:
-		return nil, fmt.Errorf("s3store: PartSize %d is below S3's minimum of 5 MiB", o.PartSize)
+	t := objstore.Tuning{PartSize: o.PartSize, Concurrency: o.Concurrency, MultipartThreshold: o.MultipartThreshold, AbortTimeout: o.AbortTimeout}
+	if err := t.Normalize("s3store", minPartSize, "S3's minimum of 5 MiB"); err != nil {
+		return nil, err
 	}
-	switch {
-	case o.Concurrency == 0:
-		o.Concurrency = defaultConcurrency
-	case o.Concurrency < 0:
-		return nil, fmt.Errorf("s3store: negative Concurrency %d", o.Concurrency)
-	}
-	switch {
-	case o.MultipartThreshold == 0:
-		o.MultipartThreshold = defaultThreshold
-	case o.MultipartThreshold < 0:
-		return nil, fmt.Errorf("s3store: negative MultipartThreshold %d", o.MultipartThreshold)
-	}
-	if o.AbortTimeout <= 0 {
-		o.AbortTimeout = defaultAbort
-	}
-	if o.Prefix = strings.Trim(o.Prefix, "/"); o.Prefix != "" {
-		if err := objstore.ValidateKey(o.Prefix); err != nil {
-			return nil, fmt.Errorf("s3store: prefix: %w", err)
-		}
-		s.prefix = o.Prefix + "/"
+	o.PartSize, o.Concurrency, o.MultipartThreshold, o.AbortTimeout = t.PartSize, t.Concurrency, t.MultipartThreshold, t.AbortTimeout
+	var err error
+	if o.Prefix, s.prefix, err = objstore.KeyPrefix("s3store", o.Prefix); err != nil {
+		return nil, err
 	}
 	s.buffers = rangeread.NewBufferPool(o.PartSize)
 	s.log = o.Logger

@@ -1,8 +1,9 @@
 // Package objstore holds the small helpers that the S3 and OSS checkpoint
 // stores share: their key character set, byte-size parsing for URL
 // parameters, Content-Range parsing, the exact-size reader that guards
-// uploads, serving a range from a whole-object response, and list sorting;
-// and a context-aware reader that gcsstore and memstore use as well.
+// uploads, serving a range from a whole-object response, list sorting,
+// and the defaulting of their common Options; and a context-aware reader
+// that gcsstore and memstore use as well.
 //
 // Error messages that name the store take the store's name (e.g.
 // "s3store") as an argument, so each store keeps its own wording.
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spotsafe/spotsafe/checkpoint"
 )
@@ -148,4 +150,64 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// Tuning is the part of the S3 and OSS stores' Options that they default
+// and check alike.
+type Tuning struct {
+	PartSize           int64
+	Concurrency        int
+	MultipartThreshold int64
+	AbortTimeout       time.Duration
+}
+
+// Defaults for the zero fields of a Tuning.
+const (
+	DefaultPartSize     = 8 << 20
+	DefaultConcurrency  = 8
+	DefaultThreshold    = 16 << 20
+	DefaultAbortTimeout = 10 * time.Second
+)
+
+// Normalize fills zero fields with the defaults (a non-positive
+// AbortTimeout too) and rejects a PartSize below minPart (described by
+// minText, e.g. "S3's minimum of 5 MiB") and negative counts. name
+// prefixes the error messages.
+func (t *Tuning) Normalize(name string, minPart int64, minText string) error {
+	switch {
+	case t.PartSize == 0:
+		t.PartSize = DefaultPartSize
+	case t.PartSize < minPart:
+		return fmt.Errorf("%s: PartSize %d is below %s", name, t.PartSize, minText)
+	}
+	switch {
+	case t.Concurrency == 0:
+		t.Concurrency = DefaultConcurrency
+	case t.Concurrency < 0:
+		return fmt.Errorf("%s: negative Concurrency %d", name, t.Concurrency)
+	}
+	switch {
+	case t.MultipartThreshold == 0:
+		t.MultipartThreshold = DefaultThreshold
+	case t.MultipartThreshold < 0:
+		return fmt.Errorf("%s: negative MultipartThreshold %d", name, t.MultipartThreshold)
+	}
+	if t.AbortTimeout <= 0 {
+		t.AbortTimeout = DefaultAbortTimeout
+	}
+	return nil
+}
+
+// KeyPrefix trims slashes from an Options.Prefix, checks it like a key and
+// returns it trimmed together with the prefix to put before keys ("" or
+// ending in "/"). name prefixes the error message.
+func KeyPrefix(name, prefix string) (trimmed, keyPrefix string, err error) {
+	trimmed = strings.Trim(prefix, "/")
+	if trimmed == "" {
+		return "", "", nil
+	}
+	if err := ValidateKey(trimmed); err != nil {
+		return "", "", fmt.Errorf("%s: prefix: %w", name, err)
+	}
+	return trimmed, trimmed + "/", nil
 }

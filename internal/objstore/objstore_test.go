@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -127,4 +128,38 @@ func TestCtxReader(t *testing.T) {
 	n, err = r.Read(buf)
 	assert.Zero(t, n)
 	assert.ErrorIs(t, err, context.Canceled)
+}
+
+func TestTuningNormalize(t *testing.T) {
+	var tu Tuning
+	require.NoError(t, tu.Normalize("st", 5<<20, "the minimum of 5 MiB"))
+	assert.Equal(t, Tuning{PartSize: 8 << 20, Concurrency: 8, MultipartThreshold: 16 << 20, AbortTimeout: 10 * time.Second}, tu)
+
+	tu = Tuning{PartSize: 6 << 20, Concurrency: 3, MultipartThreshold: 1, AbortTimeout: -time.Second}
+	require.NoError(t, tu.Normalize("st", 5<<20, "the minimum of 5 MiB"))
+	assert.Equal(t, Tuning{PartSize: 6 << 20, Concurrency: 3, MultipartThreshold: 1, AbortTimeout: 10 * time.Second}, tu, "set fields are kept")
+
+	for _, c := range []struct {
+		tu   Tuning
+		want string
+	}{
+		{Tuning{PartSize: 1 << 20}, "st: PartSize 1048576 is below the minimum of 5 MiB"},
+		{Tuning{PartSize: -1}, "st: PartSize -1 is below the minimum of 5 MiB"},
+		{Tuning{Concurrency: -2}, "st: negative Concurrency -2"},
+		{Tuning{MultipartThreshold: -3}, "st: negative MultipartThreshold -3"},
+	} {
+		tu := c.tu
+		assert.EqualError(t, tu.Normalize("st", 5<<20, "the minimum of 5 MiB"), c.want)
+	}
+}
+
+func TestKeyPrefix(t *testing.T) {
+	for in, want := range map[string][2]string{"": {"", ""}, "/": {"", ""}, "/jobs/a/": {"jobs/a", "jobs/a/"}, "x": {"x", "x/"}} {
+		trimmed, kp, err := KeyPrefix("st", in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, [2]string{trimmed, kp}, in)
+	}
+	_, _, err := KeyPrefix("st", "bad prefix")
+	assert.ErrorIs(t, err, checkpoint.ErrInvalidKey)
+	assert.Contains(t, err.Error(), "st: prefix: ")
 }
