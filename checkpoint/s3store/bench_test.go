@@ -7,7 +7,6 @@ import (
 	"io"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -15,22 +14,9 @@ import (
 	"github.com/spotsafe/spotsafe/checkpoint"
 	"github.com/spotsafe/spotsafe/checkpoint/s3store"
 	"github.com/spotsafe/spotsafe/checkpoint/storetest"
-	"github.com/spotsafe/spotsafe/internal/netsim"
+	"github.com/spotsafe/spotsafe/internal/objstoretest"
 	"github.com/spotsafe/spotsafe/internal/s3fake"
 )
-
-// networks are the two settings every benchmark runs in: loopback as is
-// (the cost of our code, and of gofakes3), and a shaped network where one
-// connection gets 100 MB/s and every request pays 20 ms (where parallel
-// parts and ranges pay off).
-var networks = []struct {
-	name  string
-	shape netsim.Options
-	sizes []int
-}{
-	{"direct", netsim.Options{}, []int{64 << 20, 256 << 20}},
-	{"100MBps-20ms", netsim.Options{BytesPerSecond: 100e6, Latency: 20 * time.Millisecond}, []int{256 << 20}},
-}
 
 // BenchmarkS3 compares, per network, the store (storetest.RunBenchmarks)
 // and the checkpoint Manager (save: Save+Wait; restore: Latest; with
@@ -41,9 +27,9 @@ var networks = []struct {
 //
 //	go test -run '^$' -bench . -benchtime 1x ./checkpoint/s3store
 func BenchmarkS3(b *testing.B) {
-	for _, nw := range networks {
-		b.Run(nw.name, func(b *testing.B) {
-			srv := s3fake.Start(b, &s3fake.Options{Netsim: nw.shape})
+	for _, nw := range objstoretest.Networks {
+		b.Run(nw.Name, func(b *testing.B) {
+			srv := s3fake.Start(b, &s3fake.Options{Netsim: nw.Shape})
 			client := newClient(srv.URL)
 			raw := &storetest.RawOps{
 				Put: func(ctx context.Context, key string, data []byte) error {
@@ -66,103 +52,15 @@ func BenchmarkS3(b *testing.B) {
 				return newStore(b, srv, &s3store.Options{Prefix: fmt.Sprintf("bench-%d", n.Add(1))})
 			}
 			b.Run("Store", func(b *testing.B) {
-				storetest.RunBenchmarks(b, newStore, &storetest.BenchOptions{Sizes: nw.sizes, Raw: raw})
+				storetest.RunBenchmarks(b, newStore, &storetest.BenchOptions{Sizes: nw.Sizes, Raw: raw})
 			})
 			b.Run("Manager", func(b *testing.B) {
-				for _, size := range nw.sizes {
-					benchManager(b, newStore, size, raw)
+				for _, size := range nw.Sizes {
+					objstoretest.BenchManager(b, newStore, size, raw)
 				}
 			})
 		})
 	}
-}
-
-// managerConcurrency matches the store's default: the Manager then keeps
-// as many ranges in flight on restore as the store does on Get.
-const managerConcurrency = 8
-
-// benchManager measures a checkpoint of one part of size bytes saved and
-// restored through the Manager, against the raw single-request operations.
-func benchManager(b *testing.B, newStore func(*testing.B) checkpoint.Store, size int, raw *storetest.RawOps) {
-	ctx := context.Background()
-	data := randomBytes(size)
-	name := fmt.Sprintf("%dMiB", size>>20)
-	b.Run("Save/"+name, func(b *testing.B) {
-		m, err := checkpoint.NewManager(newStore(b), &checkpoint.ManagerOptions{Keep: 1, Concurrency: managerConcurrency})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer m.Close(ctx)
-		var ours, base time.Duration
-		b.SetBytes(int64(size))
-		b.ResetTimer()
-		for i := range b.N {
-			start := time.Now()
-			up, err := m.Save(ctx, int64(i+1), checkpoint.Bytes("model.bin", data))
-			if err == nil {
-				err = up.Wait(ctx)
-			}
-			if err != nil {
-				b.Fatalf("Save: %v", err)
-			}
-			ours += time.Since(start)
-			b.StopTimer()
-			start = time.Now()
-			if err := raw.Put(ctx, "mgr-model.bin", data); err != nil {
-				b.Fatalf("raw put: %v", err)
-			}
-			base += time.Since(start)
-			b.StartTimer()
-		}
-		b.StopTimer()
-		b.ReportMetric(float64(base)/float64(ours), "x-raw")
-	})
-	b.Run("Restore/"+name, func(b *testing.B) {
-		m, err := checkpoint.NewManager(newStore(b), &checkpoint.ManagerOptions{Concurrency: managerConcurrency})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer m.Close(ctx)
-		up, err := m.Save(ctx, 1, checkpoint.Bytes("model.bin", data))
-		if err == nil {
-			err = up.Wait(ctx)
-		}
-		if err == nil {
-			err = raw.Put(ctx, "mgr-restore.bin", data)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-		var ours, base time.Duration
-		b.SetBytes(int64(size))
-		b.ResetTimer()
-		for range b.N {
-			start := time.Now()
-			cp, err := m.Latest(ctx)
-			if err != nil {
-				b.Fatalf("Latest: %v", err)
-			}
-			if got, _ := cp.ReadPart(ctx, "model.bin"); len(got) != size {
-				b.Fatalf("restored %d bytes, want %d", len(got), size)
-			}
-			ours += time.Since(start)
-			b.StopTimer()
-			start = time.Now()
-			// Into fresh memory, as the Manager's restore does.
-			rc, err := raw.Get(ctx, "mgr-restore.bin")
-			if err == nil {
-				_, err = io.ReadFull(rc, make([]byte, size))
-				rc.Close()
-			}
-			if err != nil {
-				b.Fatalf("raw get: %v", err)
-			}
-			base += time.Since(start)
-			b.StartTimer()
-		}
-		b.StopTimer()
-		b.ReportMetric(float64(base)/float64(ours), "x-raw")
-	})
 }
 
 // BenchmarkS3PutNetworkBound is the 256 MiB store Put of BenchmarkS3, in
@@ -171,15 +69,15 @@ func benchManager(b *testing.B, newStore func(*testing.B) checkpoint.Store, size
 // bottleneck (gofakes3 hashes parts one at a time and re-hashes the whole
 // object on complete, which caps the speed-up measured against it).
 func BenchmarkS3PutNetworkBound(b *testing.B) {
-	for _, nw := range networks {
-		b.Run(nw.name, func(b *testing.B) {
-			url := s3fake.StartSink(b, nw.shape)
+	for _, nw := range objstoretest.Networks {
+		b.Run(nw.Name, func(b *testing.B) {
+			url := s3fake.StartSink(b, nw.Shape)
 			client := newClient(url)
 			s, err := s3store.New(client, bucket, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
-			benchPutVsRaw(b, s, 256<<20, func(ctx context.Context, data []byte) error {
+			objstoretest.BenchPutVsRaw(b, s, 256<<20, func(ctx context.Context, data []byte) error {
 				_, err := client.PutObject(ctx, &s3.PutObjectInput{
 					Bucket: aws.String(bucket), Key: aws.String("raw"),
 					Body: bytes.NewReader(data), ContentLength: aws.Int64(int64(len(data))),
@@ -188,28 +86,4 @@ func BenchmarkS3PutNetworkBound(b *testing.B) {
 			})
 		})
 	}
-}
-
-func benchPutVsRaw(b *testing.B, s checkpoint.Store, size int, raw func(context.Context, []byte) error) {
-	ctx := context.Background()
-	data := randomBytes(size)
-	var ours, base time.Duration
-	b.SetBytes(int64(size))
-	b.ResetTimer()
-	for range b.N {
-		start := time.Now()
-		if err := s.Put(ctx, "obj", bytes.NewReader(data), int64(size)); err != nil {
-			b.Fatalf("Put: %v", err)
-		}
-		ours += time.Since(start)
-		b.StopTimer()
-		start = time.Now()
-		if err := raw(ctx, data); err != nil {
-			b.Fatalf("raw put: %v", err)
-		}
-		base += time.Since(start)
-		b.StartTimer()
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(base)/float64(ours), "x-raw")
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math/rand/v2"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/spotsafe/spotsafe/checkpoint"
 	"github.com/spotsafe/spotsafe/checkpoint/s3store"
+	"github.com/spotsafe/spotsafe/internal/objstoretest"
 	"github.com/spotsafe/spotsafe/internal/s3fake"
 )
 
@@ -61,14 +61,7 @@ func newStore(t testing.TB, srv *s3fake.Server, opts *s3store.Options) *s3store.
 	return s
 }
 
-func randomBytes(n int) []byte {
-	b := make([]byte, n)
-	r := rand.New(rand.NewPCG(uint64(n), 7))
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
+func randomBytes(n int) []byte { return objstoretest.RandomBytes(n, 7) }
 
 func read(t *testing.T, ctx context.Context, s checkpoint.Store, key string) []byte {
 	t.Helper()
