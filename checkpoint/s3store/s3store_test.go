@@ -260,37 +260,7 @@ func TestCanceledGetStopsParallelRead(t *testing.T) {
 // exist while an earlier object is intact.
 func TestServerKilledMidUpload(t *testing.T) {
 	srv := s3fake.Start(t, nil)
-	s := newStore(t, srv, small("run"))
-	ctx := context.Background()
-	old := randomBytes(1 << 20)
-	require.NoError(t, s.Put(ctx, "0001/state", bytes.NewReader(old), int64(len(old))))
-
-	var parts atomic.Int32
-	srv.OnRequest(func(r *http.Request) {
-		if r.Method == http.MethodPut && r.URL.Query().Has("partNumber") && parts.Add(1) == 3 {
-			srv.Kill()
-		}
-	})
-	data := randomBytes(40 << 20)
-	done := make(chan error, 1)
-	go func() { done <- s.Put(ctx, "0002/state", bytes.NewReader(data), int64(len(data))) }()
-	select {
-	case err := <-done:
-		require.Error(t, err, "Put must fail when the server dies under it")
-		t.Logf("Put after kill: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("Put did not return after the server was killed")
-	}
-	srv.OnRequest(nil)
-	srv.Restart(t)
-
-	_, err := s.Get(ctx, "0002/state")
-	assert.ErrorIs(t, err, fs.ErrNotExist, "a killed upload must not leave an object")
-	assert.True(t, bytes.Equal(old, read(t, ctx, s, "0001/state")), "the earlier object must be intact")
-	objs, err := s.List(ctx, "")
-	require.NoError(t, err)
-	require.Len(t, objs, 1)
-	assert.Equal(t, "0001/state", objs[0].Key)
+	objstoretest.KilledMidUpload(t, srv, newStore(t, srv, small("run")), 1<<20, 40<<20)
 }
 
 func TestURLOpener(t *testing.T) {

@@ -1,6 +1,7 @@
 // Package objstoretest holds the test and benchmark harnesses that the S3
 // and OSS checkpoint stores run alike against internal/s3fake: the
-// server-killed-mid-save scenario, the Manager save/restore benchmark and
+// server-killed-mid-upload and mid-save scenarios, the Manager
+// save/restore benchmark and
 // the Put-versus-raw benchmark, with the two network settings they run in.
 package objstoretest
 
@@ -9,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net/http"
 	"sync/atomic"
@@ -211,4 +213,46 @@ func BenchPutVsRaw(b *testing.B, s checkpoint.Store, size int, raw func(context.
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(base)/float64(ours), "x-raw")
+}
+
+// KilledMidUpload kills srv during the third part of a multipart Put of
+// newSize bytes on s (a store on srv whose parts are small enough for
+// that): the Put must fail, and once the server is back the object must
+// not exist while an earlier oldSize-byte object is intact and alone.
+func KilledMidUpload(t *testing.T, srv *s3fake.Server, s checkpoint.Store, oldSize, newSize int) {
+	ctx := context.Background()
+	old := RandomBytes(oldSize, 5)
+	require.NoError(t, s.Put(ctx, "0001/state", bytes.NewReader(old), int64(len(old))))
+
+	var parts atomic.Int32
+	srv.OnRequest(func(r *http.Request) {
+		if r.Method == http.MethodPut && r.URL.Query().Has("partNumber") && parts.Add(1) == 3 {
+			srv.Kill()
+		}
+	})
+	data := RandomBytes(newSize, 6)
+	done := make(chan error, 1)
+	go func() { done <- s.Put(ctx, "0002/state", bytes.NewReader(data), int64(len(data))) }()
+	select {
+	case err := <-done:
+		require.Error(t, err, "Put must fail when the server dies under it")
+		t.Logf("Put after kill: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Put did not return after the server was killed")
+	}
+	srv.OnRequest(nil)
+	srv.Restart(t)
+
+	_, err := s.Get(ctx, "0002/state")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "a killed upload must not leave an object")
+	rc, err := s.Get(ctx, "0001/state")
+	require.NoError(t, err)
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(old, got), "the earlier object must be intact")
+	objs, err := s.List(ctx, "")
+	require.NoError(t, err)
+	require.Len(t, objs, 1)
+	assert.Equal(t, "0001/state", objs[0].Key)
 }
