@@ -21,3 +21,7 @@ func PoolAllocs(m *Manager) int {
 	defer m.pool.mu.Unlock()
 	return m.pool.allocs
 }
+
+// CRC32C is the checksum the Manager computes (crc32.Update with the
+// Castagnoli table, AVX-512 folding where available).
+func CRC32C(crc uint32, p []byte) uint32 { return crcUpdate(crc, p) }

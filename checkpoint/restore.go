@@ -266,9 +266,12 @@ type sink interface {
 	fill(r io.Reader, off, n int64, crc bool) (uint32, error)
 }
 
-// hashStep is how many bytes are read before they are hashed, small
-// enough to still be in cache.
-const hashStep = 1 << 20
+// hashStep is how many bytes are read before they are hashed: small
+// enough that they are still in the core's L2 cache when the CRC reads
+// them. 256 KiB gave the cheapest verified restore (in CPU time) of the
+// sizes from 64 KiB to 1 MiB; at 1 MiB the CRC cost twice as much, because
+// the bytes had left the cache.
+const hashStep = 256 << 10
 
 var scratch = sync.Pool{New: func() any { b := make([]byte, hashStep); return &b }}
 
