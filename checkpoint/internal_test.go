@@ -7,6 +7,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/spotsafe/spotsafe/internal/crc32c"
 )
 
 func TestCRCCombine(t *testing.T) {
@@ -24,7 +26,7 @@ func TestCRCCombine(t *testing.T) {
 			if r.IntN(10) == 0 {
 				n = 0
 			}
-			sum = crcCombine(sum, crc32.Checksum(data[off:off+n], castagnoli), int64(n))
+			sum = crc32c.Combine(sum, crc32.Checksum(data[off:off+n], castagnoli), int64(n))
 			off += n
 		}
 		if sum != want {

@@ -12,6 +12,8 @@ import (
 	"os"
 	"path"
 	"sync"
+
+	"github.com/spotsafe/spotsafe/internal/crc32c"
 )
 
 // Newest, passed as the step to [Manager.RestoreTo], restores the newest
@@ -403,7 +405,7 @@ func (m *Manager) fetchParts(ctx context.Context, step int64, man *Manifest, sin
 	}
 	sums := make([]uint32, len(man.Parts))
 	for ti, t := range tasks {
-		sums[t.part] = crcCombine(sums[t.part], crcs[ti], t.n)
+		sums[t.part] = crc32c.Combine(sums[t.part], crcs[ti], t.n)
 	}
 	for i, p := range man.Parts {
 		if sums[i] != p.CRC32C {

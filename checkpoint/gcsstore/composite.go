@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/spotsafe/spotsafe/internal/objstore"
+
+	"github.com/spotsafe/spotsafe/internal/crc32c"
 )
 
 // uploadIDKey is the custom metadata key that names the upload which wrote
@@ -359,7 +361,7 @@ func combined(ps []piece) piece {
 		if i == 0 {
 			out.crc = p.crc
 		} else {
-			out.crc = crc32cCombine(out.crc, p.crc, p.size)
+			out.crc = crc32c.Combine(out.crc, p.crc, p.size)
 		}
 		out.size += p.size
 	}

@@ -1,11 +1,13 @@
-package gcsstore
+// Package crc32c holds the CRC-32C (Castagnoli) helpers the checkpoint
+// package and the GCS store share.
+package crc32c
 
-// crc32cCombine returns the CRC32C of A||B from crc1 = CRC32C(A), crc2 =
-// CRC32C(B) and len2 = len(B), in O(log len2) time: zlib's crc32_combine
-// (Mark Adler) for the reflected Castagnoli polynomial. GCS composes
-// objects server-side; this lets the final compose carry the expected
-// checksum of the whole without reading the data a second time.
-func crc32cCombine(crc1, crc2 uint32, len2 int64) uint32 {
+// Combine returns the CRC-32C of A‖B from crc1 = CRC32C(A), crc2 =
+// CRC32C(B) and len2 = len(B), in O(log len2) time (zlib's crc32_combine by
+// Mark Adler, for the reflected Castagnoli polynomial). It lets parts
+// fetched or uploaded in parallel be checked as a whole without reading the
+// data a second time.
+func Combine(crc1, crc2 uint32, len2 int64) uint32 {
 	if len2 <= 0 {
 		return crc1
 	}
